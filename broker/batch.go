@@ -1,0 +1,214 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// A v2 record batch header, as laid out on the wire.
+const (
+	batchHeaderLen   = 61
+	offBaseOffset    = 0
+	offBatchLength   = 8
+	offLeaderEpoch   = 12
+	offMagic         = 16
+	offCRC           = 17
+	offAttributes    = 21
+	offLastDelta     = 23
+	offFirstTs       = 27
+	offMaxTs         = 35
+	offProducerID    = 43
+	offProducerEpoch = 51
+	offBaseSequence  = 53
+	offNumRecords    = 57
+
+	attrTransactional = 1 << 4
+	attrControl       = 1 << 5
+)
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// batchInfo is what the broker needs from a batch header.
+type batchInfo struct {
+	raw         []byte
+	lastDelta   int32
+	numRecords  int32
+	pid         int64
+	epoch       int16
+	firstSeq    int32
+	maxTs       int64
+	txn         bool
+	control     bool
+	compression int16
+}
+
+func (b *batchInfo) lastSeq() int32 {
+	if b.firstSeq < 0 {
+		return -1
+	}
+	return int32((int64(b.firstSeq) + int64(b.lastDelta)) % (1 << 31))
+}
+
+// errBatch carries the Kafka error a malformed batch is answered with.
+type errBatch struct {
+	code *kerr.Error
+	msg  string
+}
+
+func (e *errBatch) Error() string { return e.msg }
+func (e *errBatch) Unwrap() error { return e.code }
+
+func badBatch(code *kerr.Error, format string, args ...any) error {
+	return &errBatch{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// splitBatches validates the record batches of one produced partition. The
+// returned slices alias records.
+func splitBatches(records []byte) ([]batchInfo, error) {
+	if len(records) == 0 {
+		return nil, badBatch(kerr.InvalidRecord, "no record batch")
+	}
+	var out []batchInfo
+	for len(records) > 0 {
+		if len(records) < batchHeaderLen {
+			return nil, badBatch(kerr.CorruptMessage, "truncated batch header (%d bytes)", len(records))
+		}
+		length := int32(binary.BigEndian.Uint32(records[offBatchLength:]))
+		if length < batchHeaderLen-12 || int64(length)+12 > int64(len(records)) {
+			return nil, badBatch(kerr.CorruptMessage, "batch length %d does not fit %d bytes", length, len(records))
+		}
+		raw := records[:length+12]
+		records = records[length+12:]
+		if magic := int8(raw[offMagic]); magic != 2 {
+			return nil, badBatch(kerr.UnsupportedForMessageFormat, "record batch magic %d; only v2 batches are served", magic)
+		}
+		if crc := binary.BigEndian.Uint32(raw[offCRC:]); crc != crc32.Checksum(raw[offAttributes:], crc32c) {
+			return nil, badBatch(kerr.CorruptMessage, "record batch CRC mismatch")
+		}
+		attrs := int16(binary.BigEndian.Uint16(raw[offAttributes:]))
+		b := batchInfo{
+			raw:         raw,
+			lastDelta:   int32(binary.BigEndian.Uint32(raw[offLastDelta:])),
+			numRecords:  int32(binary.BigEndian.Uint32(raw[offNumRecords:])),
+			pid:         int64(binary.BigEndian.Uint64(raw[offProducerID:])),
+			epoch:       int16(binary.BigEndian.Uint16(raw[offProducerEpoch:])),
+			firstSeq:    int32(binary.BigEndian.Uint32(raw[offBaseSequence:])),
+			maxTs:       int64(binary.BigEndian.Uint64(raw[offMaxTs:])),
+			txn:         attrs&attrTransactional != 0,
+			control:     attrs&attrControl != 0,
+			compression: attrs & 0x7,
+		}
+		switch {
+		case b.numRecords < 1 || b.lastDelta != b.numRecords-1:
+			return nil, badBatch(kerr.CorruptMessage, "batch of %d records has last offset delta %d", b.numRecords, b.lastDelta)
+		case b.control:
+			return nil, badBatch(kerr.InvalidRecord, "clients may not produce control batches")
+		case b.compression > 4:
+			return nil, badBatch(kerr.UnsupportedCompressionType, "compression codec %d", b.compression)
+		case b.txn && b.pid < 0:
+			return nil, badBatch(kerr.InvalidRecord, "transactional batch without a producer id")
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// kv is one record the broker writes itself (coordinator state, markers).
+type kv struct{ key, value []byte }
+
+// buildBatch encodes uncompressed records as a v2 batch at base offset 0.
+func buildBatch(recs []kv, pid int64, epoch int16, firstSeq int32, txn, control bool, now time.Time) []byte {
+	ts := now.UnixMilli()
+	out := make([]byte, batchHeaderLen, batchHeaderLen+64*len(recs))
+	var attrs int16
+	if txn {
+		attrs |= attrTransactional
+	}
+	if control {
+		attrs |= attrControl
+	}
+	binary.BigEndian.PutUint32(out[offLeaderEpoch:], uint32(0xffffffff))
+	out[offMagic] = 2
+	binary.BigEndian.PutUint16(out[offAttributes:], uint16(attrs))
+	binary.BigEndian.PutUint32(out[offLastDelta:], uint32(len(recs)-1))
+	binary.BigEndian.PutUint64(out[offFirstTs:], uint64(ts))
+	binary.BigEndian.PutUint64(out[offMaxTs:], uint64(ts))
+	binary.BigEndian.PutUint64(out[offProducerID:], uint64(pid))
+	binary.BigEndian.PutUint16(out[offProducerEpoch:], uint16(epoch))
+	binary.BigEndian.PutUint32(out[offBaseSequence:], uint32(firstSeq))
+	binary.BigEndian.PutUint32(out[offNumRecords:], uint32(len(recs)))
+	var rec []byte
+	for i, r := range recs {
+		rec = rec[:0]
+		rec = append(rec, 0)                   // attributes
+		rec = kbin.AppendVarlong(rec, 0)       // timestamp delta
+		rec = kbin.AppendVarint(rec, int32(i)) // offset delta
+		rec = appendVarintBytes(rec, r.key)
+		rec = appendVarintBytes(rec, r.value)
+		rec = kbin.AppendVarint(rec, 0) // headers
+		out = kbin.AppendVarint(out, int32(len(rec)))
+		out = append(out, rec...)
+	}
+	binary.BigEndian.PutUint32(out[offBatchLength:], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[offCRC:], crc32.Checksum(out[offAttributes:], crc32c))
+	return out
+}
+
+func appendVarintBytes(dst, b []byte) []byte {
+	if b == nil {
+		return kbin.AppendVarint(dst, -1)
+	}
+	dst = kbin.AppendVarint(dst, int32(len(b)))
+	return append(dst, b...)
+}
+
+// errCompressedInternal is returned when a broker-written batch cannot be
+// read back; the broker never compresses its own batches.
+var errCompressedInternal = errors.New("broker: compressed internal batch")
+
+// decodeRecords returns the key and value of every record of an
+// uncompressed batch the broker wrote itself.
+func decodeRecords(raw []byte) ([]kv, error) {
+	if int16(binary.BigEndian.Uint16(raw[offAttributes:]))&0x7 != 0 {
+		return nil, errCompressedInternal
+	}
+	n := int32(binary.BigEndian.Uint32(raw[offNumRecords:]))
+	r := kbin.Reader{Src: raw[batchHeaderLen:]}
+	out := make([]kv, 0, n)
+	for i := int32(0); i < n; i++ {
+		length := r.Varint()
+		body := kbin.Reader{Src: r.Span(int(length))}
+		body.Int8()
+		body.Varlong()
+		body.Varint()
+		key := body.VarintBytes()
+		value := body.VarintBytes()
+		if !r.Ok() || !body.Ok() {
+			return nil, fmt.Errorf("broker: corrupt internal record %d", i)
+		}
+		out = append(out, kv{key: key, value: value})
+	}
+	return out, nil
+}
+
+// Control record keys: version 0, then the marker type.
+const (
+	controlAbort  int16 = 0
+	controlCommit int16 = 1
+)
+
+func buildMarkerBatch(pid int64, epoch int16, commit bool, coordinatorEpoch int32, now time.Time) []byte {
+	typ := controlAbort
+	if commit {
+		typ = controlCommit
+	}
+	key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 0), uint16(typ))
+	value := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(nil, 0), uint32(coordinatorEpoch))
+	return buildBatch([]kv{{key, value}}, pid, epoch, -1, true, true, now)
+}

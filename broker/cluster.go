@@ -1,0 +1,263 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ErrClosed is returned by Cluster methods called after Close.
+var ErrClosed = errors.New("broker: cluster closed")
+
+// Cluster is a running bundled cluster. All of its state is owned by one
+// goroutine (the run loop): network connections decode requests and hand
+// them to the loop, which answers them one at a time, so handlers never
+// lock. Cluster methods are safe for concurrent use.
+type Cluster struct {
+	cfg    config
+	logger *slog.Logger
+
+	nodes []*node
+
+	reqCh   chan *request
+	adminCh chan func()
+	dying   chan struct{}
+	dead    chan struct{}
+	wg      sync.WaitGroup // listeners, connections and the run loop
+	closeMu sync.Once
+
+	connsMu sync.Mutex
+	conns   map[*clientConn]struct{}
+
+	// Everything below is owned by the run loop.
+	topics          map[string]*topic
+	topicsByID      map[[16]byte]*topic
+	nextProducerID  int64
+	observers       map[int]func(node int32, req kmsg.Request)
+	nextObserverID  int
+	tickers         []func(now time.Time)
+	leaderListeners []func(p *partition, oldLeader int32)
+	markerListeners map[string]func(p *partition, m controlMarker)
+	coordinators    coordinatorSet
+}
+
+// node is one listener of the cluster; its id is its index in Cluster.nodes.
+type node struct {
+	id   int32
+	ln   net.Listener
+	host string
+	port int32
+}
+
+func (n *node) addr() string { return net.JoinHostPort(n.host, strconv.Itoa(int(n.port))) }
+
+// NewCluster starts a cluster and returns once every node accepts
+// connections. It fails if a port cannot be bound or an option is invalid.
+func NewCluster(opts ...Opt) (*Cluster, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		cfg:             cfg,
+		logger:          cfg.logger,
+		reqCh:           make(chan *request),
+		adminCh:         make(chan func()),
+		dying:           make(chan struct{}),
+		dead:            make(chan struct{}),
+		conns:           make(map[*clientConn]struct{}),
+		topics:          make(map[string]*topic),
+		topicsByID:      make(map[[16]byte]*topic),
+		nextProducerID:  1000,
+		observers:       make(map[int]func(int32, kmsg.Request)),
+		markerListeners: make(map[string]func(*partition, controlMarker)),
+	}
+	for i := 0; i < cfg.nodes; i++ {
+		port := 0
+		if i < len(cfg.ports) {
+			port = cfg.ports[i]
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(port)))
+		if err != nil {
+			for _, n := range c.nodes {
+				n.ln.Close()
+			}
+			return nil, fmt.Errorf("broker: node %d: listen: %w", i, err)
+		}
+		c.nodes = append(c.nodes, &node{
+			id:   int32(i),
+			ln:   ln,
+			host: cfg.host,
+			port: int32(ln.Addr().(*net.TCPAddr).Port),
+		})
+	}
+	c.initCoordinators()
+	c.createInternalTopics()
+	c.wg.Add(1)
+	go c.run()
+	for _, n := range c.nodes {
+		c.wg.Add(1)
+		go c.accept(n)
+	}
+	c.logger.Info("cluster started", "nodes", len(c.nodes), "bootstrap", c.Bootstrap())
+	return c, nil
+}
+
+func (cfg *config) validate() error {
+	switch {
+	case cfg.nodes < 1:
+		return fmt.Errorf("broker: Nodes(%d): need at least one node", cfg.nodes)
+	case cfg.txnStatePartitions < 1, cfg.offsetsPartitions < 1, cfg.shareStatePartitions < 1, cfg.defaultPartitions < 1:
+		return errors.New("broker: partition counts must be at least 1")
+	case cfg.maxFrame < 1024:
+		return fmt.Errorf("broker: MaxFrameBytes(%d): must be at least 1024", cfg.maxFrame)
+	case cfg.maxTxnTimeout <= 0:
+		return errors.New("broker: MaxTransactionTimeout must be positive")
+	case cfg.firstProducerEpoch < 0:
+		return errors.New("broker: FirstProducerEpoch must not be negative")
+	case cfg.legacyStaleCoordinator < 0, cfg.lateMarkerCopies < 0:
+		return errors.New("broker: debug durations must not be negative")
+	}
+	return nil
+}
+
+// Bootstrap returns the address (host:port) of every node, in node order.
+func (c *Cluster) Bootstrap() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.addr()
+	}
+	return out
+}
+
+// NodeIDs returns the ids of the cluster's nodes.
+func (c *Cluster) NodeIDs() []int32 {
+	out := make([]int32, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.id
+	}
+	return out
+}
+
+// Close stops every listener, connection, timer and the run loop, and
+// returns once all of the cluster's goroutines have exited. It is safe to
+// call more than once.
+func (c *Cluster) Close() error {
+	c.closeMu.Do(func() {
+		close(c.dying)
+		for _, n := range c.nodes {
+			n.ln.Close()
+		}
+		c.connsMu.Lock()
+		for cc := range c.conns {
+			cc.conn.Close()
+		}
+		c.connsMu.Unlock()
+		c.wg.Wait()
+		close(c.dead)
+		c.logger.Info("cluster stopped")
+	})
+	return nil
+}
+
+// do runs fn on the run loop and waits for it. It returns ErrClosed if the
+// cluster stops first.
+func (c *Cluster) do(fn func()) error {
+	done := make(chan struct{})
+	select {
+	case c.adminCh <- func() { fn(); close(done) }:
+	case <-c.dying:
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-c.dying:
+		return ErrClosed
+	}
+}
+
+// after runs fn on the run loop once d has passed, unless the cluster stops
+// first. The timer goroutine exits either way.
+func (c *Cluster) after(d time.Duration, fn func()) {
+	t := time.NewTimer(d)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.dying:
+			return
+		}
+		select {
+		case c.adminCh <- fn:
+		case <-c.dying:
+		}
+	}()
+}
+
+// run is the loop that owns all cluster state.
+func (c *Cluster) run() {
+	defer c.wg.Done()
+	tick := time.NewTicker(c.cfg.tickInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-c.reqCh:
+			c.dispatch(r)
+		case fn := <-c.adminCh:
+			fn()
+		case now := <-tick.C:
+			for _, t := range c.tickers {
+				t(now)
+			}
+		case <-c.dying:
+			return
+		}
+	}
+}
+
+// onTick registers fn to run on the loop every tick interval; timeouts
+// (transactions, locks, sessions, fetch waits) are swept this way.
+func (c *Cluster) onTick(fn func(now time.Time)) { c.tickers = append(c.tickers, fn) }
+
+// onLeaderChange registers fn to run on the loop after a partition's
+// leadership moved; coordinators load and resign their shards here.
+func (c *Cluster) onLeaderChange(fn func(p *partition, oldLeader int32)) {
+	c.leaderListeners = append(c.leaderListeners, fn)
+}
+
+// onMarker registers the coordinator that owns an internal topic to hear of
+// every transaction marker written to one of its partitions.
+func (c *Cluster) onMarker(topic string, fn func(p *partition, m controlMarker)) {
+	c.markerListeners[topic] = fn
+}
+
+// ObserveRequests calls fn, on the cluster's loop, for every request a node
+// receives from the network or from another node (markers, implicit
+// AddPartitionsToTxn), before it is handled. fn must not block or call back
+// into the cluster. The returned function stops the observation.
+func (c *Cluster) ObserveRequests(fn func(node int32, req kmsg.Request)) (stop func()) {
+	var id int
+	if c.do(func() { id = c.nextObserverID; c.nextObserverID++; c.observers[id] = fn }) != nil {
+		return func() {}
+	}
+	return func() { _ = c.do(func() { delete(c.observers, id) }) }
+}
+
+func (c *Cluster) nodeByID(id int32) *node {
+	if id < 0 || int(id) >= len(c.nodes) {
+		return nil
+	}
+	return c.nodes[id]
+}

@@ -1,0 +1,232 @@
+package broker
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// request is one decoded request on its way to the run loop.
+type request struct {
+	node     *node
+	cc       *clientConn // nil for requests one node sends another
+	kreq     kmsg.Request
+	clientID string
+	reply    chan kmsg.Response // buffered; nil for internal requests
+}
+
+// respond delivers a deferred response; handlers that returned nil call it
+// later, from the loop.
+func (r *request) respond(resp kmsg.Response) {
+	if r.reply != nil {
+		r.reply <- resp
+	}
+}
+
+// clientConn is one accepted connection. Kafka answers a connection's
+// requests in order, one at a time, and so does this broker: the connection
+// goroutine reads a request, waits for its answer, writes it, and only then
+// reads the next.
+type clientConn struct {
+	conn net.Conn
+	node *node
+}
+
+func (c *Cluster) accept(n *node) {
+	defer c.wg.Done()
+	for {
+		conn, err := n.ln.Accept()
+		if err != nil {
+			select {
+			case <-c.dying:
+			default:
+				c.logger.Error("accept failed; node stops listening", "node", n.id, "err", err)
+			}
+			return
+		}
+		cc := &clientConn{conn: conn, node: n}
+		c.connsMu.Lock()
+		select {
+		case <-c.dying:
+			c.connsMu.Unlock()
+			conn.Close()
+			return
+		default:
+		}
+		c.conns[cc] = struct{}{}
+		c.wg.Add(1)
+		c.connsMu.Unlock()
+		go c.serve(cc)
+	}
+}
+
+func (c *Cluster) serve(cc *clientConn) {
+	defer c.wg.Done()
+	defer func() {
+		cc.conn.Close()
+		c.connsMu.Lock()
+		delete(c.conns, cc)
+		c.connsMu.Unlock()
+	}()
+	log := c.logger.With("node", cc.node.id, "remote", cc.conn.RemoteAddr().String())
+	rd := bufio.NewReaderSize(cc.conn, 64<<10)
+	var buf []byte
+	for {
+		frame, err := readFrame(rd, c.cfg.maxFrame, buf)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Warn("closing connection", "err", err)
+			}
+			return
+		}
+		buf = frame[:0]
+		out, keep, err := c.handleFrame(cc, frame)
+		if err != nil {
+			log.Warn("closing connection", "err", err)
+			return
+		}
+		if !keep {
+			return
+		}
+		if out == nil {
+			continue // acks=0 produce: no response
+		}
+		if _, err := cc.conn.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// errFrameTooLarge and errMalformed are the reasons a connection is closed
+// for bad input.
+var (
+	errFrameTooLarge = errors.New("frame larger than the maximum")
+	errMalformed     = errors.New("malformed request")
+)
+
+func readFrame(rd io.Reader, max int32, buf []byte) ([]byte, error) {
+	var sizeBuf [4]byte
+	if _, err := io.ReadFull(rd, sizeBuf[:]); err != nil {
+		return nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+	if size < 0 || size > max {
+		return nil, fmt.Errorf("%w: %d bytes (max %d)", errFrameTooLarge, size, max)
+	}
+	if cap(buf) < int(size) {
+		buf = make([]byte, size)
+	}
+	buf = buf[:size]
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		return nil, fmt.Errorf("reading %d-byte frame: %w", size, err)
+	}
+	return buf, nil
+}
+
+// requestHeader is the decoded request header.
+type requestHeader struct {
+	key      int16
+	version  int16
+	corr     int32
+	clientID string
+}
+
+// handleFrame decodes one frame, has the loop answer it and returns the
+// encoded response (nil for none). keep is false when the cluster is
+// stopping. A malformed frame returns an error: the caller closes the
+// connection, and nothing else changes.
+func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bool, err error) {
+	if len(frame) < 8 {
+		return nil, false, fmt.Errorf("%w: %d-byte frame has no header", errMalformed, len(frame))
+	}
+	hdr := requestHeader{
+		key:     int16(binary.BigEndian.Uint16(frame[0:])),
+		version: int16(binary.BigEndian.Uint16(frame[2:])),
+		corr:    int32(binary.BigEndian.Uint32(frame[4:])),
+	}
+	api, known := c.api(hdr.key)
+	if !known || hdr.version < api.min || hdr.version > api.max {
+		if hdr.key == 18 { // ApiVersions: the protocol's answer is a v0 response listing what is supported
+			return c.encodeResponse(hdr, c.unsupportedApiVersions()), true, nil
+		}
+		c.logger.Warn("unsupported request", "node", cc.node.id, "key", hdr.key, "version", hdr.version)
+		return unsupportedVersionFrame(hdr.corr), true, nil
+	}
+	kreq := wire.RequestForKey(hdr.key)
+	kreq.SetVersion(hdr.version)
+	r := kbin.Reader{Src: frame[8:]}
+	if id := r.NullableString(); id != nil {
+		hdr.clientID = *id
+	}
+	if kreq.IsFlexible() {
+		skipTags(&r)
+	}
+	if !r.Ok() {
+		return nil, false, fmt.Errorf("%w: %s v%d: truncated header", errMalformed, wire.NameForKey(hdr.key), hdr.version)
+	}
+	if err := kreq.ReadFrom(r.Src); err != nil {
+		return nil, false, fmt.Errorf("%w: %s v%d: %v", errMalformed, wire.NameForKey(hdr.key), hdr.version, err)
+	}
+	req := &request{node: cc.node, cc: cc, kreq: kreq, clientID: hdr.clientID, reply: make(chan kmsg.Response, 1)}
+	select {
+	case c.reqCh <- req:
+	case <-c.dying:
+		return nil, false, nil
+	}
+	var resp kmsg.Response
+	select {
+	case resp = <-req.reply:
+	case <-c.dying:
+		return nil, false, nil
+	}
+	if resp == nil {
+		return nil, true, nil
+	}
+	return c.encodeResponse(hdr, resp), true, nil
+}
+
+func skipTags(r *kbin.Reader) {
+	n := r.Uvarint()
+	for i := uint32(0); i < n && r.Ok(); i++ {
+		r.Uvarint()
+		r.Span(int(r.Uvarint()))
+	}
+}
+
+// encodeResponse frames a response: size, correlation id, the tag section of
+// a flexible response header (never for ApiVersions), body.
+func (c *Cluster) encodeResponse(hdr requestHeader, resp kmsg.Response) []byte {
+	resp.SetVersion(hdr.version)
+	if av, ok := resp.(*kmsg.ApiVersionsResponse); ok && av.ErrorCode == kerr.UnsupportedVersion.Code {
+		resp.SetVersion(0)
+	}
+	out := make([]byte, 8, 64)
+	binary.BigEndian.PutUint32(out[4:], uint32(hdr.corr))
+	if resp.IsFlexible() && hdr.key != 18 {
+		out = append(out, 0)
+	}
+	out = resp.AppendTo(out)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	return out
+}
+
+// unsupportedVersionFrame answers a request of an unknown key or version:
+// the correlation id and the UNSUPPORTED_VERSION code, which every response
+// that starts with an error code decodes as that error. The connection stays
+// usable because frames are length-delimited.
+func unsupportedVersionFrame(corr int32) []byte {
+	out := make([]byte, 10)
+	binary.BigEndian.PutUint32(out, 6)
+	binary.BigEndian.PutUint32(out[4:], uint32(corr))
+	binary.BigEndian.PutUint16(out[8:], uint16(kerr.UnsupportedVersion.Code))
+	return out
+}

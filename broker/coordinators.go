@@ -1,0 +1,127 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// coordinatorSet holds the coordinators; each is created by a function in
+// coordinatorInits, registered by the file that defines it.
+type coordinatorSet struct{}
+
+var coordinatorInits []func(c *Cluster)
+
+func (c *Cluster) initCoordinators() {
+	for _, fn := range coordinatorInits {
+		fn(c)
+	}
+}
+
+// shards is one coordinator's state for the internal-topic partitions that
+// nodes have loaded. A node serves a partition's coordinator only while it
+// leads that partition at the leader epoch it loaded it in (KAFKA-21181):
+// every answer, cached or not, goes through lookup. A new leader loads the
+// partition by replaying its log.
+type shards[T any] struct {
+	c      *Cluster
+	topic  string
+	load   func(p *partition, node int32) T
+	loaded map[shardKey]*shard[T]
+}
+
+type shardKey struct{ node, partition int32 }
+
+// shard is one node's loaded copy of one partition's coordinator state.
+type shard[T any] struct {
+	node      int32
+	partition *partition
+	epoch     int32 // the partition's leader epoch when it was loaded
+	state     T
+	// staleUntil is set under the LegacyStaleCoordinator debug switch: the
+	// node lost leadership but answers from this cache until then.
+	staleUntil time.Time
+}
+
+// newShards creates the registry of topic's coordinator shards and loads
+// every partition at its current leader.
+func newShards[T any](c *Cluster, topicName string, load func(p *partition, node int32) T) *shards[T] {
+	s := &shards[T]{c: c, topic: topicName, load: load, loaded: make(map[shardKey]*shard[T])}
+	for _, p := range c.topics[topicName].partitions {
+		s.loadAt(p)
+	}
+	c.onLeaderChange(func(p *partition, oldLeader int32) {
+		if p.topic.name != topicName {
+			return
+		}
+		s.resign(p, oldLeader)
+		s.loadAt(p)
+	})
+	return s
+}
+
+func (s *shards[T]) loadAt(p *partition) {
+	s.loaded[shardKey{p.leader, p.index}] = &shard[T]{
+		node:      p.leader,
+		partition: p,
+		epoch:     p.leaderEpoch,
+		state:     s.load(p, p.leader),
+	}
+}
+
+// resign drops the old leader's shard at once, or, under the
+// LegacyStaleCoordinator switch, after the configured window during which it
+// keeps answering from its cache.
+func (s *shards[T]) resign(p *partition, oldLeader int32) {
+	key := shardKey{oldLeader, p.index}
+	old := s.loaded[key]
+	if old == nil {
+		return
+	}
+	window := s.c.cfg.legacyStaleCoordinator
+	if window <= 0 {
+		delete(s.loaded, key)
+		return
+	}
+	old.staleUntil = time.Now().Add(window)
+	s.c.after(window, func() {
+		if s.loaded[key] == old {
+			delete(s.loaded, key)
+			s.c.logger.Info("stale coordinator resigned", "topic", s.topic, "partition", p.index, "node", oldLeader)
+		}
+	})
+}
+
+// lookup returns node's shard of partition if node may answer for it:
+// NOT_COORDINATOR otherwise. A stale shard answers only inside the legacy
+// window.
+func (s *shards[T]) lookup(node int32, partition int32) (*shard[T], *kerr.Error) {
+	sh := s.loaded[shardKey{node, partition}]
+	if sh == nil {
+		return nil, kerr.NotCoordinator
+	}
+	if sh.current() {
+		return sh, nil
+	}
+	if !sh.staleUntil.IsZero() && time.Now().Before(sh.staleUntil) {
+		return sh, nil
+	}
+	return nil, kerr.NotCoordinator
+}
+
+// current reports whether the shard's node still leads its partition at the
+// epoch it loaded it in.
+func (sh *shard[T]) current() bool {
+	return !sh.partition.deleted && sh.partition.leader == sh.node && sh.partition.leaderEpoch == sh.epoch
+}
+
+// append writes coordinator records to the shard's partition. A node that no
+// longer leads it cannot write (Kafka's acks=-1 append fails with
+// NOT_LEADER_OR_FOLLOWER), which a coordinator answers as NOT_COORDINATOR.
+// pid >= 0 makes a transactional write.
+func (sh *shard[T]) append(recs []kv, pid int64, epoch int16, now time.Time) (int64, *kerr.Error) {
+	if !sh.current() {
+		return 0, kerr.NotCoordinator
+	}
+	return sh.partition.appendInternal(recs, pid, epoch, now)
+}

@@ -1,0 +1,107 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handler answers one request on the run loop. It returns the response, or
+// nil when it answers later through request.respond (long polls). An error
+// closes the client's connection.
+type handler func(c *Cluster, r *request) (kmsg.Response, error)
+
+// apiSpec is one API key the broker serves and the versions it serves.
+type apiSpec struct {
+	key      int16
+	min, max int16
+	handle   handler
+	// shareTxn marks the KIP-1289 APIs, which the ShareTxnAPIs option
+	// turns off.
+	shareTxn bool
+}
+
+// apis is filled by the init function of each numbered file.
+var apis = map[int16]apiSpec{}
+
+func registerAPI(spec apiSpec) {
+	if _, dup := apis[spec.key]; dup {
+		panic(fmt.Sprintf("broker: API key %d registered twice", spec.key))
+	}
+	apis[spec.key] = spec
+}
+
+// api returns the spec of key if this cluster serves it.
+func (c *Cluster) api(key int16) (apiSpec, bool) {
+	spec, ok := apis[key]
+	if !ok || (spec.shareTxn && !c.cfg.shareTxnAPIsEnabled) {
+		return apiSpec{}, false
+	}
+	return spec, true
+}
+
+// servedAPIs lists what this cluster serves, sorted by key.
+func (c *Cluster) servedAPIs() []apiSpec {
+	out := make([]apiSpec, 0, len(apis))
+	for key := range apis {
+		if spec, ok := c.api(key); ok {
+			out = append(out, spec)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// dispatch runs on the loop: it tells observers, then answers.
+func (c *Cluster) dispatch(r *request) {
+	for _, fn := range c.observers {
+		fn(r.node.id, r.kreq)
+	}
+	spec, ok := c.api(r.kreq.Key())
+	if !ok {
+		// Only internal requests can get here: handleFrame checks keys.
+		r.respond(nil)
+		return
+	}
+	resp, err := spec.handle(c, r)
+	if err != nil {
+		c.logger.Warn("request failed", "node", r.node.id, "key", r.kreq.Key(), "err", err)
+		if r.cc != nil {
+			r.cc.conn.Close()
+		}
+		r.respond(nil)
+		return
+	}
+	if resp != nil {
+		r.respond(resp)
+	}
+}
+
+// internalRequest sends kreq from one node to another through the same
+// handlers the network uses, synchronously, on the loop. Only handlers that
+// answer at once (never long polls) may be reached this way.
+func (c *Cluster) internalRequest(to int32, kreq kmsg.Request) (kmsg.Response, error) {
+	n := c.nodeByID(to)
+	if n == nil {
+		return nil, fmt.Errorf("broker: no node %d", to)
+	}
+	spec, ok := c.api(kreq.Key())
+	if !ok {
+		return nil, fmt.Errorf("broker: key %d not served", kreq.Key())
+	}
+	if v := kreq.GetVersion(); v < spec.min || v > spec.max {
+		return nil, fmt.Errorf("broker: key %d version %d not served", kreq.Key(), v)
+	}
+	r := &request{node: n, kreq: kreq, clientID: "kshare-broker-internal", reply: make(chan kmsg.Response, 1)}
+	c.dispatch(r)
+	select {
+	case resp := <-r.reply:
+		if resp == nil {
+			return nil, fmt.Errorf("broker: key %d gave no answer", kreq.Key())
+		}
+		return resp, nil
+	default:
+		return nil, fmt.Errorf("broker: key %d deferred an internal request", kreq.Key())
+	}
+}

@@ -1,0 +1,150 @@
+package broker
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Opt configures a Cluster; see NewCluster.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	nodes    int
+	ports    []int
+	host     string
+	logger   *slog.Logger
+	maxFrame int32
+
+	txnStatePartitions   int32
+	offsetsPartitions    int32
+	shareStatePartitions int32
+	defaultPartitions    int32
+
+	maxTxnTimeout       time.Duration
+	producerIDExpiry    time.Duration
+	firstProducerEpoch  int16
+	shareTxnAPIsEnabled bool
+
+	groupSessionTimeoutMax time.Duration
+	shareLockDuration      time.Duration
+	shareDeliveryLimit     int32
+	shareMaxFetchRecords   int32
+
+	legacyMarkerValidation bool
+	legacyStaleCoordinator time.Duration
+	lateMarkerCopies       time.Duration
+	tickInterval           time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		nodes:                  1,
+		host:                   "127.0.0.1",
+		logger:                 slog.New(slog.DiscardHandler),
+		maxFrame:               100 << 20,
+		txnStatePartitions:     6,
+		offsetsPartitions:      6,
+		shareStatePartitions:   6,
+		defaultPartitions:      1,
+		maxTxnTimeout:          15 * time.Minute,
+		producerIDExpiry:       24 * time.Hour,
+		shareTxnAPIsEnabled:    true,
+		groupSessionTimeoutMax: 30 * time.Minute,
+		shareLockDuration:      30 * time.Second,
+		shareDeliveryLimit:     5,
+		shareMaxFetchRecords:   500,
+		tickInterval:           10 * time.Millisecond,
+	}
+}
+
+// Nodes sets how many nodes the cluster runs (default 1). Node ids are
+// 0..n-1; every partition is led by exactly one of them.
+func Nodes(n int) Opt { return optFunc(func(c *config) { c.nodes = n }) }
+
+// Ports sets the listening port of each node, in node order; 0 (or a missing
+// entry) picks any free port.
+func Ports(ports ...int) Opt { return optFunc(func(c *config) { c.ports = ports }) }
+
+// Host sets the loopback host the nodes listen on (default 127.0.0.1).
+func Host(host string) Opt { return optFunc(func(c *config) { c.host = host }) }
+
+// Logger sets the structured logger (default: discard).
+func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+
+// MaxFrameBytes sets the largest request frame a node reads (default
+// 100 MiB). A larger frame closes its connection.
+func MaxFrameBytes(n int32) Opt { return optFunc(func(c *config) { c.maxFrame = n }) }
+
+// TxnStatePartitions sets the partition count of __transaction_state
+// (default 6).
+func TxnStatePartitions(n int32) Opt { return optFunc(func(c *config) { c.txnStatePartitions = n }) }
+
+// ConsumerOffsetsPartitions sets the partition count of __consumer_offsets
+// (default 6).
+func ConsumerOffsetsPartitions(n int32) Opt {
+	return optFunc(func(c *config) { c.offsetsPartitions = n })
+}
+
+// ShareStatePartitions sets the partition count of __share_group_state
+// (default 6).
+func ShareStatePartitions(n int32) Opt { return optFunc(func(c *config) { c.shareStatePartitions = n }) }
+
+// DefaultPartitions sets the partition count of topics created without one
+// (default 1).
+func DefaultPartitions(n int32) Opt { return optFunc(func(c *config) { c.defaultPartitions = n }) }
+
+// MaxTransactionTimeout caps the transaction timeout a producer may ask for
+// in InitProducerId (default 15 minutes, Kafka's
+// transaction.max.timeout.ms); a larger request gets
+// INVALID_TRANSACTION_TIMEOUT.
+func MaxTransactionTimeout(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.maxTxnTimeout = d })
+}
+
+// FirstProducerEpoch sets the epoch a new producer id starts at (default 0).
+// Tests set it near 32767 to reach producer-id exhaustion quickly.
+func FirstProducerEpoch(e int16) Opt { return optFunc(func(c *config) { c.firstProducerEpoch = e }) }
+
+// ShareTxnAPIs turns the KIP-1289 APIs (AddShareAcksToTxn,
+// TxnShareAcknowledge) and the finalized share.version=3 on or off (default
+// on). Off, the broker looks like a KIP-932 broker without KIP-1289.
+func ShareTxnAPIs(enabled bool) Opt {
+	return optFunc(func(c *config) { c.shareTxnAPIsEnabled = enabled })
+}
+
+// ShareLockDuration sets the default acquisition lock duration of share
+// groups (default 30s, Kafka's group.share.record.lock.duration.ms); a group
+// overrides it with the share.record.lock.duration.ms group config.
+func ShareLockDuration(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.shareLockDuration = d })
+}
+
+// ShareDeliveryLimit sets the default delivery count limit of share groups
+// (default 5); a group overrides it with share.delivery.count.limit.
+func ShareDeliveryLimit(n int32) Opt { return optFunc(func(c *config) { c.shareDeliveryLimit = n }) }
+
+// LegacyMarkerValidation is a debug switch reproducing the gap KIP-1228
+// closes: partition leaders check TV2 markers with the legacy rule
+// (markerEpoch >= current) instead of markerEpoch > current.
+func LegacyMarkerValidation(on bool) Opt {
+	return optFunc(func(c *config) { c.legacyMarkerValidation = on })
+}
+
+// LegacyStaleCoordinator is a debug switch reproducing KAFKA-21181: when a
+// coordinator partition's leadership moves, the old coordinator keeps
+// answering from its cache for d before it resigns. Zero (default) checks
+// leadership before every answer.
+func LegacyStaleCoordinator(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.legacyStaleCoordinator = d })
+}
+
+// LateMarkerCopies is a debug switch: every transaction marker the
+// coordinator sends is sent once more d later, as a coordinator that lost a
+// response and retried late would. Zero (default) disables it.
+func LateMarkerCopies(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.lateMarkerCopies = d })
+}

@@ -1,0 +1,8 @@
+module github.com/kshare-go/kshare
+
+go 1.26.8
+
+require (
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+)

@@ -1,0 +1,163 @@
+package io.github.ksharego.javaclients;
+
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * A transactional KafkaProducer writes several transactions that alternately
+ * commit and abort. A read_committed KafkaConsumer must see exactly the
+ * committed records, in order, per partition; a read_uncommitted one must see
+ * the aborted records too, which proves they reached the log and were filtered
+ * by the transaction markers rather than never written.
+ */
+final class TxnScenario implements Scenario {
+    private static final int PARTITIONS = 3;
+    private static final int TRANSACTIONS = 6;
+    private static final int RECORDS_PER_TRANSACTION = 9;
+
+    @Override
+    public String name() {
+        return "txn";
+    }
+
+    @Override
+    public String run(Env env) throws Exception {
+        Instant deadline = env.deadline();
+        String topic = "kshare-java-txn-" + env.runId;
+        try (Admin admin = env.admin()) {
+            env.createTopic(admin, topic, PARTITIONS);
+        }
+
+        Map<Integer, List<String>> committed = perPartition();
+        Map<Integer, List<String>> written = perPartition();
+
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(env, topic))) {
+            producer.initTransactions();
+            for (int t = 0; t < TRANSACTIONS; t++) {
+                boolean commit = t % 2 == 0;
+                producer.beginTransaction();
+                Map<Integer, List<String>> inTransaction = perPartition();
+                for (int r = 0; r < RECORDS_PER_TRANSACTION; r++) {
+                    int partition = r % PARTITIONS;
+                    String value = String.format(Locale.ROOT, "t%d-r%d-%s", t, r, commit ? "commit" : "abort");
+                    producer.send(new ProducerRecord<>(topic, partition, "t" + t, value));
+                    written.get(partition).add(value);
+                    inTransaction.get(partition).add(value);
+                }
+                if (commit) {
+                    producer.commitTransaction();
+                    inTransaction.forEach((partition, values) -> committed.get(partition).addAll(values));
+                } else {
+                    // Flush first so that the aborted records are really in the
+                    // log and the abort marker is what hides them.
+                    producer.flush();
+                    producer.abortTransaction();
+                }
+            }
+        }
+
+        Map<Integer, List<String>> readCommitted = readAll(env, topic, "read_committed", deadline);
+        compare("read_committed", committed, readCommitted);
+        Map<Integer, List<String>> readUncommitted = readAll(env, topic, "read_uncommitted", deadline);
+        compare("read_uncommitted", written, readUncommitted);
+
+        int committedCount = committed.values().stream().mapToInt(List::size).sum();
+        return String.format(Locale.ROOT,
+                "%d transactions (%d committed, %d aborted) on %d partitions: read_committed saw exactly the %d committed records in order",
+                TRANSACTIONS, (TRANSACTIONS + 1) / 2, TRANSACTIONS / 2, PARTITIONS, committedCount);
+    }
+
+    private static Properties producerProps(Env env, String topic) {
+        Properties p = env.base("kshare-java-txn-producer");
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, topic);
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, Long.toString(Env.CALL_TIMEOUT.toMillis()));
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, Long.toString(Env.CALL_TIMEOUT.toMillis()));
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "60000");
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        return p;
+    }
+
+    /**
+     * Reads every partition from the beginning up to the end offset the broker
+     * reports for the isolation level (the last stable offset for
+     * read_committed), without a group.
+     */
+    private static Map<Integer, List<String>> readAll(Env env, String topic, String isolation, Instant deadline)
+            throws Mismatch {
+        Properties p = env.base("kshare-java-txn-" + isolation.replace('_', '-'));
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Long.toString(Env.CALL_TIMEOUT.toMillis()));
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int i = 0; i < PARTITIONS; i++) {
+            tps.add(new TopicPartition(topic, i));
+        }
+        Map<Integer, List<String>> seen = perPartition();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Env.CALL_TIMEOUT);
+            while (!reached(consumer, tps, end)) {
+                if (Instant.now().isAfter(deadline)) {
+                    throw new Mismatch(isolation + " consumer did not reach the end offsets " + end
+                            + " before the deadline; read so far: " + seen);
+                }
+                for (ConsumerRecord<String, String> rec : consumer.poll(Duration.ofMillis(200))) {
+                    seen.get(rec.partition()).add(rec.value());
+                }
+            }
+        }
+        return seen;
+    }
+
+    private static Map<Integer, List<String>> perPartition() {
+        Map<Integer, List<String>> m = new HashMap<>();
+        for (int p = 0; p < PARTITIONS; p++) {
+            m.put(p, new ArrayList<>());
+        }
+        return m;
+    }
+
+    private static boolean reached(KafkaConsumer<String, String> consumer, List<TopicPartition> tps,
+            Map<TopicPartition, Long> end) {
+        for (TopicPartition tp : tps) {
+            if (consumer.position(tp, Env.CALL_TIMEOUT) < end.get(tp)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static void compare(String isolation, Map<Integer, List<String>> want, Map<Integer, List<String>> got)
+            throws Mismatch {
+        for (int p = 0; p < PARTITIONS; p++) {
+            if (!want.get(p).equals(got.get(p))) {
+                throw new Mismatch(String.format(Locale.ROOT,
+                        "%s consumer, partition %d: want %s, got %s", isolation, p, want.get(p), got.get(p)));
+            }
+        }
+    }
+}

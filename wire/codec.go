@@ -1,0 +1,52 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+)
+
+// ErrMalformed is wrapped by every decoding error of this package.
+var ErrMalformed = errors.New("malformed KIP-1289 message")
+
+// reader adds the flexible-version helpers to kbin.Reader.
+type reader struct{ kbin.Reader }
+
+func newReader(src []byte) *reader { return &reader{kbin.Reader{Src: src}} }
+
+// arrayLen reads a compact array length; a null array reads as empty.
+// kbin already refuses a length larger than the bytes that remain.
+func (r *reader) arrayLen() int {
+	if n := r.CompactArrayLen(); n > 0 {
+		return int(n)
+	}
+	return 0
+}
+
+// skipTags skips a tagged-field section; kshare defines no tags.
+func (r *reader) skipTags() {
+	n := r.Uvarint()
+	for i := uint32(0); i < n && r.Ok(); i++ {
+		r.Uvarint() // tag
+		size := r.Uvarint()
+		r.Span(int(size)) // marks the reader bad if size overruns
+
+	}
+}
+
+func (r *reader) complete(what string, version int16) error {
+	if err := r.Complete(); err != nil {
+		return fmt.Errorf("%w: %s v%d: %v", ErrMalformed, what, version, err)
+	}
+	return nil
+}
+
+func checkVersion(what string, version int16) error {
+	if version != 0 {
+		return fmt.Errorf("%w: %s has no version %d", ErrMalformed, what, version)
+	}
+	return nil
+}
+
+func appendTags(dst []byte) []byte { return kbin.AppendUvarint(dst, 0) }
