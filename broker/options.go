@@ -91,7 +91,9 @@ func ConsumerOffsetsPartitions(n int32) Opt {
 
 // ShareStatePartitions sets the partition count of __share_group_state
 // (default 6).
-func ShareStatePartitions(n int32) Opt { return optFunc(func(c *config) { c.shareStatePartitions = n }) }
+func ShareStatePartitions(n int32) Opt {
+	return optFunc(func(c *config) { c.shareStatePartitions = n })
+}
 
 // DefaultPartitions sets the partition count of topics created without one
 // (default 1).
