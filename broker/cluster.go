@@ -45,6 +45,7 @@ type Cluster struct {
 	leaderListeners []func(p *partition, oldLeader int32)
 	markerListeners map[string]func(p *partition, m controlMarker)
 	coordinators    coordinatorSet
+	fetchWaits      []*fetchWait
 }
 
 // node is one listener of the cluster; its id is its index in Cluster.nodes.
@@ -100,8 +101,9 @@ func NewCluster(opts ...Opt) (*Cluster, error) {
 			port: int32(ln.Addr().(*net.TCPAddr).Port),
 		})
 	}
-	c.initCoordinators()
+	c.onTick(c.sweepFetches)
 	c.createInternalTopics()
+	c.initCoordinators()
 	c.wg.Add(1)
 	go c.run()
 	for _, n := range c.nodes {

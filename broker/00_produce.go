@@ -1,0 +1,124 @@
+package broker
+
+// Produce: versions 3-13.
+//
+// Record batches v2 only (magic 0/1 message sets are refused with
+// UNSUPPORTED_FOR_MESSAGE_FORMAT), CRC-checked; idempotent and transactional
+// batches with per-producer sequence and epoch checks and retried-batch
+// detection (the last five batches); acks 0, 1 and -1 (all the same: there
+// is one replica); topic ids from v13. A transactional batch is checked with
+// the transaction coordinator first: from v12 the leader adds the partition
+// to the transaction itself (TV2), below v12 it only verifies that the
+// client added it (KIP-890 part 1). Clients may not write to internal
+// topics. Skipped: quotas, record-level validation of compressed batches
+// (the broker stores batches as they arrive), timestamp overrides.
+
+import (
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 0, min: 3, max: 13, handle: handleProduce}) }
+
+func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	now := time.Now()
+	var txnID string
+	if req.TransactionID != nil {
+		txnID = *req.TransactionID
+	}
+	appended := false
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		t, unknown := c.topicForRequest(req.Version >= 13, rt.Topic, rt.TopicID)
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.BaseOffset = -1
+			sp.LogAppendTime = -1
+			errCode := c.produceOne(r, t, unknown, txnID, req.Version, rp, now, &sp)
+			if errCode != nil {
+				sp.ErrorCode = errCode.Code
+			} else {
+				appended = true
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if appended {
+		c.wakeFetches()
+	}
+	if req.Acks == 0 {
+		return nil, nil // no response, and the connection reads on
+	}
+	return resp, nil
+}
+
+// topicForRequest finds a topic by id (byID) or name; unknown is the error
+// for a missing one.
+func (c *Cluster) topicForRequest(byID bool, name string, id [16]byte) (*topic, *kerr.Error) {
+	if byID {
+		if t := c.topicsByID[id]; t != nil {
+			return t, nil
+		}
+		return nil, kerr.UnknownTopicID
+	}
+	if t := c.topics[name]; t != nil {
+		return t, nil
+	}
+	return nil, kerr.UnknownTopicOrPartition
+}
+
+func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID string, version int16, rp kmsg.ProduceRequestTopicPartition, now time.Time, sp *kmsg.ProduceResponseTopicPartition) *kerr.Error {
+	if t == nil {
+		return unknown
+	}
+	if rp.Partition < 0 || int(rp.Partition) >= len(t.partitions) {
+		return kerr.UnknownTopicOrPartition
+	}
+	p := t.partitions[rp.Partition]
+	if err := p.checkLeader(r.node.id, -1); err != nil {
+		if err == kerr.NotLeaderForPartition {
+			sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = p.leader, p.leaderEpoch
+		}
+		return err
+	}
+	if t.internal {
+		return kerr.InvalidTopicException
+	}
+	batches, err := splitBatches(rp.Records)
+	if err != nil {
+		var be *errBatch
+		if errors.As(err, &be) {
+			msg := be.msg
+			sp.ErrorMessage = &msg
+			return be.code
+		}
+		return kerr.CorruptMessage
+	}
+	for i, b := range batches {
+		if b.txn {
+			if txnID == "" {
+				return kerr.TransactionalIDNotFound
+			}
+			if err := c.verifyTransactionalProduce(txnID, b.pid, b.epoch, p, version); err != nil {
+				return err
+			}
+		}
+		base, _, kerrCode := p.appendProduced(b, now)
+		if kerrCode != nil {
+			return kerrCode
+		}
+		if i == 0 {
+			sp.BaseOffset = base
+		}
+	}
+	sp.LogStartOffset = p.logStart
+	return nil
+}

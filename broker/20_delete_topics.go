@@ -1,0 +1,53 @@
+package broker
+
+// DeleteTopics: versions 0-6.
+//
+// Deletes topics by name, or by id from v6. Internal topics cannot be
+// deleted (INVALID_TOPIC_EXCEPTION). Deletion is immediate; parked fetches
+// of the topic are answered with UNKNOWN_TOPIC_OR_PARTITION on the next
+// sweep.
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 20, min: 0, max: 6, handle: handleDeleteTopics}) }
+
+func handleDeleteTopics(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.DeleteTopicsRequest)
+	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
+	targets := req.Topics
+	if req.Version < 6 {
+		targets = nil
+		for _, name := range req.TopicNames {
+			name := name
+			targets = append(targets, kmsg.DeleteTopicsRequestTopic{Topic: &name})
+		}
+	}
+	for _, rt := range targets {
+		st := kmsg.NewDeleteTopicsResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		var t *topic
+		if rt.Topic != nil {
+			t = c.topics[*rt.Topic]
+		} else {
+			t = c.topicsByID[rt.TopicID]
+		}
+		switch {
+		case t == nil && rt.Topic == nil:
+			st.ErrorCode = kerr.UnknownTopicID.Code
+		case t == nil:
+			st.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		case t.internal:
+			st.ErrorCode = kerr.InvalidTopicException.Code
+		default:
+			name := t.name
+			st.Topic, st.TopicID = &name, t.id
+			c.deleteTopic(t)
+			c.logger.Info("topic deleted", "topic", name)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
