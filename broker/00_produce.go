@@ -54,10 +54,7 @@ func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
 	if appended {
 		c.wakeFetches()
 	}
-	if req.Acks == 0 {
-		return nil, nil // no response, and the connection reads on
-	}
-	return resp, nil
+	return resp, nil // handleFrame drops it for acks=0
 }
 
 // topicForRequest finds a topic by id (byID) or name; unknown is the error

@@ -39,7 +39,7 @@ func handleFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	if bytes >= int(req.MinBytes) || req.MaxWaitMillis <= 0 || fetchHasError(resp) {
 		return resp, nil
 	}
-	c.fetchWaits = append(c.fetchWaits, &fetchWait{r: r, deadline: time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)})
+	c.fetchWaits = append(c.fetchWaits, &fetchWait{r: r, deadline: time.Now().Add(c.longPoll(req.MaxWaitMillis))})
 	return nil, nil
 }
 
@@ -96,6 +96,8 @@ func (c *Cluster) fetch(r *request) (*kmsg.FetchResponse, int) {
 			sp := kmsg.NewFetchResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+			// Empty, not null: librdkafka refuses a null record set.
+			sp.RecordBatches = []byte{}
 			limit := rp.PartitionMaxBytes
 			if remaining := maxBytes - int32(total); remaining < limit {
 				limit = remaining
@@ -159,4 +161,9 @@ func (c *Cluster) fetchPartition(node int32, t *topic, unknown *kerr.Error, isol
 		}
 	}
 	return nil
+}
+
+// longPoll bounds a client's MaxWaitMillis by the broker's cap.
+func (c *Cluster) longPoll(maxWaitMillis int32) time.Duration {
+	return min(time.Duration(maxWaitMillis)*time.Millisecond, c.cfg.maxFetchWait)
 }

@@ -46,6 +46,7 @@ type Cluster struct {
 	markerListeners map[string]func(p *partition, m controlMarker)
 	coordinators    coordinatorSet
 	fetchWaits      []*fetchWait
+	handlerPanics   int
 }
 
 // node is one listener of the cluster; its id is its index in Cluster.nodes.

@@ -191,6 +191,9 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 	if resp == nil {
 		return nil, true, nil
 	}
+	if pr, ok := kreq.(*kmsg.ProduceRequest); ok && pr.Acks == 0 {
+		return nil, true, nil // acks=0: Kafka sends no response
+	}
 	return c.encodeResponse(hdr, resp), true, nil
 }
 

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"runtime/debug"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -64,7 +65,7 @@ func (c *Cluster) dispatch(r *request) {
 		r.respond(nil)
 		return
 	}
-	resp, err := spec.handle(c, r)
+	resp, err := c.safeHandle(spec, r)
 	if err != nil {
 		c.logger.Warn("request failed", "node", r.node.id, "key", r.kreq.Key(), "err", err)
 		if r.cc != nil {
@@ -104,4 +105,19 @@ func (c *Cluster) internalRequest(to int32, kreq kmsg.Request) (kmsg.Response, e
 	default:
 		return nil, fmt.Errorf("broker: key %d deferred an internal request", kreq.Key())
 	}
+}
+
+// safeHandle runs a handler, turning a panic into an error that closes the
+// client's connection: one bad request must not stop the cluster. A panic
+// is a bug; it is logged with its stack and counted, and the tests and the
+// fuzz target fail on any.
+func (c *Cluster) safeHandle(spec apiSpec, r *request) (resp kmsg.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.handlerPanics++
+			c.logger.Error("handler panicked", "key", spec.key, "panic", p, "stack", string(debug.Stack()))
+			resp, err = nil, fmt.Errorf("handler for key %d panicked: %v", spec.key, p)
+		}
+	}()
+	return spec.handle(c, r)
 }

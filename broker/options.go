@@ -38,6 +38,9 @@ type config struct {
 	legacyStaleCoordinator time.Duration
 	lateMarkerCopies       time.Duration
 	tickInterval           time.Duration
+	// maxFetchWait caps the long poll of Fetch and ShareFetch; a client's
+	// MaxWaitMillis is an int32 and could park a request for weeks.
+	maxFetchWait time.Duration
 }
 
 func defaultConfig() config {
@@ -58,6 +61,7 @@ func defaultConfig() config {
 		shareDeliveryLimit:     5,
 		shareMaxFetchRecords:   500,
 		tickInterval:           10 * time.Millisecond,
+		maxFetchWait:           30 * time.Second,
 	}
 }
 

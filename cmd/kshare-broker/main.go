@@ -1,0 +1,89 @@
+// Command kshare-broker runs kshare's bundled Kafka-compatible cluster as a
+// process, for clients in other languages and for manual testing.
+//
+// When every node accepts connections it prints exactly one line on
+// stdout,
+//
+//	kshare-broker ready bootstrap=HOST:PORT[,HOST:PORT...]
+//
+// and logs go to stderr. SIGINT or SIGTERM stops it cleanly. The debug
+// switches reproduce upstream faults for tests and are off by default.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/kshare-go/kshare/broker"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kshare-broker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("kshare-broker", flag.ContinueOnError)
+	nodes := fs.Int("nodes", 1, "number of nodes")
+	port := fs.Int("port", 0, "port of the first node; the others take the next ports (0 = any free ports)")
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	shareTxn := fs.Bool("share-txn-apis", true, "serve the KIP-1289 APIs (AddShareAcksToTxn, TxnShareAcknowledge) and share.version=3")
+	txnParts := fs.Int("txn-state-partitions", 6, "partitions of __transaction_state")
+	offsetParts := fs.Int("offsets-partitions", 6, "partitions of __consumer_offsets")
+	shareParts := fs.Int("share-state-partitions", 6, "partitions of __share_group_state")
+	maxFrame := fs.Int("max-frame-bytes", 100<<20, "largest request frame accepted")
+	legacyMarkers := fs.Bool("legacy-marker-validation", false, "debug: check TV2 markers with the legacy rule (the gap KIP-1228 closes)")
+	staleCoord := fs.Duration("legacy-stale-coordinator", 0, "debug: after a coordinator move the old coordinator answers from its cache for this long (KAFKA-21181)")
+	lateMarkers := fs.Duration("late-marker-copies", 0, "debug: send every transaction marker once more after this delay")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level %q: %w", *logLevel, err)
+	}
+	if *port < 0 || *port+*nodes-1 > 65535 {
+		return fmt.Errorf("-port %d with %d nodes is out of range", *port, *nodes)
+	}
+	ports := make([]int, *nodes)
+	if *port != 0 {
+		for i := range ports {
+			ports[i] = *port + i
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	c, err := broker.NewCluster(
+		broker.Nodes(*nodes),
+		broker.Ports(ports...),
+		broker.Host(*host),
+		broker.Logger(logger),
+		broker.ShareTxnAPIs(*shareTxn),
+		broker.TxnStatePartitions(int32(*txnParts)),
+		broker.ConsumerOffsetsPartitions(int32(*offsetParts)),
+		broker.ShareStatePartitions(int32(*shareParts)),
+		broker.MaxFrameBytes(int32(*maxFrame)),
+		broker.LegacyMarkerValidation(*legacyMarkers),
+		broker.LegacyStaleCoordinator(*staleCoord),
+		broker.LateMarkerCopies(*lateMarkers),
+	)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Printf("kshare-broker ready bootstrap=%s\n", strings.Join(c.Bootstrap(), ","))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	logger.Info("signal received, stopping")
+	return nil
+}
