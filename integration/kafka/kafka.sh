@@ -9,6 +9,8 @@
 #                                       "kafka ready bootstrap=127.0.0.1:P"
 #   kafka.sh stop [--port P]            stop the node started by start
 #   kafka.sh status [--port P]          say whether it runs
+#   kafka.sh version                    print the fetched Kafka version (build
+#                                       the Java clients with the same one)
 #
 # Environment:
 #   KSHARE_KAFKA_VERSION    Kafka version; unset: 4.4.0, falling back to 4.3.1
@@ -62,7 +64,8 @@ fetch_version() {
 	mkdir -p "$cache_dir"
 	rm -rf "$dir"
 	echo "kafka.sh: fetching org.apache.kafka:kafka_2.13:$v into $dir/lib" >&2
-	if ! mvn -q -B -f "$script_dir/pom.xml" \
+	# -U: retry artifacts that an earlier failed attempt left marked missing.
+	if ! mvn -q -B -U -f "$script_dir/pom.xml" \
 		-Dkafka.version="$v" \
 		-DincludeScope=runtime \
 		-DoutputDirectory="$dir/lib" \
@@ -100,7 +103,12 @@ cmd_fetch() {
 
 run_dir_for() { echo "$cache_dir/run-$1"; }
 
-pid_alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
+# A pid from an old pid file may since belong to another program; only a
+# live kafka.Kafka process counts.
+pid_alive() {
+	[[ -n "$1" ]] && kill -0 "$1" 2>/dev/null &&
+		tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka'
+}
 
 read_pid() {
 	local pid_file="$1/kafka.pid"
@@ -168,6 +176,15 @@ write_log4j2_config() {
 EOF
 }
 
+# The config dump at start-up fills the log tail, so errors are picked out.
+show_start_errors() {
+	local run="$1"
+	echo "--- errors in $run/logs/server.log:" >&2
+	grep -m 10 -E '^\[[^]]*\] (ERROR|FATAL) ' "$run/logs/server.log" >&2 || echo "(none logged)" >&2
+	echo "--- last lines of $run/logs/stdout.log:" >&2
+	tail -n 20 "$run/logs/stdout.log" >&2 || true
+}
+
 cmd_start() {
 	local port="$default_port" keep_data=0
 	while [[ $# -gt 0 ]]; do
@@ -203,9 +220,12 @@ cmd_start() {
 	local lib
 	lib="$(lib_dir_for "$version")"
 
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		die start "port $port on 127.0.0.1 is already in use by another process"
-	fi
+	local p
+	for p in "$port" "$controller_port"; do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			die start "port $p on 127.0.0.1 is already in use (the broker needs $port and the controller $controller_port)"
+		fi
+	done
 
 	if ((keep_data == 0)); then
 		rm -rf "$run"
@@ -240,16 +260,13 @@ cmd_start() {
 	until grep -q "$ready_line" "$run/logs/server.log" 2>/dev/null; do
 		if ! pid_alive "$pid"; then
 			rm -f "$run/kafka.pid"
-			echo "--- last lines of $run/logs/server.log:" >&2
-			tail -n 30 "$run/logs/server.log" >&2 || true
-			echo "--- last lines of $run/logs/stdout.log:" >&2
-			tail -n 30 "$run/logs/stdout.log" >&2 || true
-			die start "Kafka $version exited during start-up"
+			show_start_errors "$run"
+			die start "Kafka $version exited during start-up (logs in $run/logs)"
 		fi
 		if ((waited >= start_timeout)); then
 			kill "$pid" 2>/dev/null || true
 			rm -f "$run/kafka.pid"
-			tail -n 30 "$run/logs/server.log" >&2 || true
+			show_start_errors "$run"
 			die start "Kafka $version did not log \"$ready_line\" within ${start_timeout}s (logs in $run/logs)"
 		fi
 		sleep 1
@@ -337,8 +354,11 @@ status)
 	shift
 	cmd_status "$@"
 	;;
+version)
+	fetched_version || die version "no Kafka of (${candidate_versions[*]}) fetched yet; run kafka.sh fetch"
+	;;
 *)
-	echo "usage: kafka.sh fetch | start [--port P] [--keep-data] | stop [--port P] | status [--port P]" >&2
+	echo "usage: kafka.sh fetch | start [--port P] [--keep-data] | stop [--port P] | status [--port P] | version" >&2
 	exit 2
 	;;
 esac
