@@ -1,0 +1,48 @@
+package eos
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/broker"
+)
+
+func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
+	c, err := broker.NewCluster(broker.Nodes(2))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seeds := c.Bootstrap()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	_, err = kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, "out")
+	require.NoError(t, err)
+
+	const n = 500
+	require.NoError(t, WriteInput(ctx, seeds, "out", n, slog.New(slog.DiscardHandler)))
+	check, err := ReadCommitted(ctx, seeds, "out", n)
+	require.NoError(t, err)
+	require.True(t, check.OK(), check.String())
+	require.Equal(t, n, check.Outputs)
+
+	require.NoError(t, cl.ProduceSync(ctx,
+		&kgo.Record{Topic: "out", Value: []byte(ID(7))},
+		&kgo.Record{Topic: "out", Value: []byte("not-an-id")},
+	).FirstErr())
+	check, err = ReadCommitted(ctx, seeds, "out", n+2)
+	require.NoError(t, err)
+	require.False(t, check.OK())
+	require.Equal(t, 1, check.Duplicates)
+	require.Equal(t, []string{ID(7)}, check.DuplicateSample)
+	require.Equal(t, 2, check.Missing)
+	require.Equal(t, 1, check.Unknown)
+}

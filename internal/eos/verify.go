@@ -1,0 +1,183 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Check is what a read_committed reader found in the output.
+type Check struct {
+	Inputs     int `json:"inputs"`
+	Outputs    int `json:"outputs_seen"`
+	Duplicates int `json:"duplicates"`
+	Missing    int `json:"missing"`
+	// Unknown counts output values that are not input ids at all.
+	Unknown         int      `json:"unknown"`
+	MissingSample   []string `json:"missing_sample,omitempty"`
+	DuplicateSample []string `json:"duplicate_sample,omitempty"`
+}
+
+// OK reports whether every input id was seen exactly once.
+func (c Check) OK() bool { return c.Duplicates == 0 && c.Missing == 0 && c.Unknown == 0 }
+
+// String says what is wrong, or "OK".
+func (c Check) String() string {
+	if c.OK() {
+		return "OK"
+	}
+	return fmt.Sprintf("%d duplicates, %d missing, %d unknown", c.Duplicates, c.Missing, c.Unknown)
+}
+
+const sampleSize = 5
+
+// ReadCommitted reads the committed output of topic, every partition up to
+// its last stable offset at the time of the call, and checks it against the
+// ids ID(0)..ID(inputs-1). It fetches partition by partition with explicit
+// offsets, so that it knows for certain when it has read everything, aborted
+// batches and markers included.
+func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int) (Check, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return Check{}, fmt.Errorf("verifier: %w", err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return Check{}, fmt.Errorf("verifier: last stable offsets of %s: %w", topic, err)
+	}
+	counts := make(map[string]int, inputs)
+	check := Check{Inputs: inputs}
+	var readErr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if readErr == nil && o.Offset > 0 {
+			readErr = readPartition(ctx, cl, topic, o.Partition, o.Offset, func(value []byte) {
+				counts[string(value)]++
+				check.Outputs++
+			})
+		}
+	})
+	if readErr != nil {
+		return check, readErr
+	}
+	for i := 0; i < inputs; i++ {
+		id := ID(i)
+		switch n := counts[id]; {
+		case n == 0:
+			check.Missing++
+			if len(check.MissingSample) < sampleSize {
+				check.MissingSample = append(check.MissingSample, id)
+			}
+		case n > 1:
+			check.Duplicates += n - 1
+			if len(check.DuplicateSample) < sampleSize {
+				check.DuplicateSample = append(check.DuplicateSample, id)
+			}
+		}
+		delete(counts, id)
+	}
+	check.Unknown = len(counts)
+	return check, nil
+}
+
+// readPartition fetches [0, end) of one partition at read_committed and
+// hands every returned record's value to fn.
+func readPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, end int64, fn func([]byte)) error {
+	decompressor := kgo.DefaultDecompressor()
+	for offset := int64(0); offset < end; {
+		resp, err := fetchOnce(ctx, cl, topic, partition, offset)
+		if err != nil {
+			return fmt.Errorf("verifier: %s/%d at %d: %w", topic, partition, offset, err)
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset:         offset,
+			IsolationLevel: kgo.ReadCommitted(),
+			Topic:          topic,
+			Partition:      partition,
+		}, resp, decompressor, nil)
+		if fp.Err != nil {
+			return fmt.Errorf("verifier: %s/%d at %d: %w", topic, partition, offset, fp.Err)
+		}
+		for _, r := range fp.Records {
+			if r.Offset < end {
+				fn(r.Value)
+			}
+		}
+		if next <= offset {
+			return fmt.Errorf("verifier: %s/%d made no progress at offset %d of %d", topic, partition, offset, end)
+		}
+		offset = next
+	}
+	return nil
+}
+
+// fetchOnce fetches one partition from its current leader, refreshing
+// metadata and retrying on leadership errors.
+func fetchOnce(ctx context.Context, cl *kgo.Client, topic string, partition int32, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
+	for attempt := 0; ; attempt++ {
+		leader, topicID, err := leaderOf(ctx, cl, topic, partition)
+		if err != nil {
+			return nil, err
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis = 0
+		req.MaxBytes = 8 << 20
+		req.IsolationLevel = 1
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, topicID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = partition, offset, 8<<20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		raw, err := cl.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		resp := raw.(*kmsg.FetchResponse)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return nil, fmt.Errorf("fetch answered %d topics", len(resp.Topics))
+		}
+		p := &resp.Topics[0].Partitions[0]
+		err = kerr.ErrorForCode(p.ErrorCode)
+		if err == nil {
+			return p, nil
+		}
+		if !kerr.IsRetriable(err) || attempt >= 20 {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func leaderOf(ctx context.Context, cl *kgo.Client, topic string, partition int32) (int32, [16]byte, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, [16]byte{}, err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.Partition == partition {
+				return p.Leader, t.TopicID, kerr.ErrorForCode(p.ErrorCode)
+			}
+		}
+	}
+	return 0, [16]byte{}, errors.New("partition not in metadata")
+}
