@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -125,8 +126,10 @@ func (cfg *config) validate() error {
 		return fmt.Errorf("broker: MaxFrameBytes(%d): must be at least 1024", cfg.maxFrame)
 	case cfg.maxTxnTimeout <= 0:
 		return errors.New("broker: MaxTransactionTimeout must be positive")
-	case cfg.firstProducerEpoch < 0:
-		return errors.New("broker: FirstProducerEpoch must not be negative")
+	case cfg.firstProducerEpoch < 0 || cfg.firstProducerEpoch > math.MaxInt16-1:
+		// At 32767 no TV2 epoch bump is possible, so a commit could never
+		// write its markers.
+		return fmt.Errorf("broker: FirstProducerEpoch(%d) must be in 0..%d", cfg.firstProducerEpoch, math.MaxInt16-1)
 	case cfg.legacyStaleCoordinator < 0, cfg.lateMarkerCopies < 0:
 		return errors.New("broker: debug durations must not be negative")
 	}

@@ -8,7 +8,11 @@ import (
 
 // coordinatorSet holds the coordinators; each is created by a function in
 // coordinatorInits, registered by the file that defines it.
-type coordinatorSet struct{}
+type coordinatorSet struct {
+	txn   *txnCoordinator
+	share *shareCoordinator
+	group *groupCoordinator
+}
 
 var coordinatorInits []func(c *Cluster)
 

@@ -46,6 +46,10 @@ func (c *Cluster) verifyTransactionalProduce(txnID string, pid int64, epoch int1
 	switch kerrCode := kerr.ErrorForCode(code); {
 	case kerrCode == nil:
 		return nil
+	case produceVersion < 12 && errors.Is(kerrCode, kerr.TransactionAbortable):
+		// Clients older than produce v12 do not know TRANSACTION_ABORTABLE;
+		// KIP-890 part 1 tells them INVALID_TXN_STATE.
+		return kerr.InvalidTxnState
 	case errors.Is(kerrCode, kerr.NotCoordinator), errors.Is(kerrCode, kerr.CoordinatorNotAvailable),
 		errors.Is(kerrCode, kerr.CoordinatorLoadInProgress), errors.Is(kerrCode, kerr.ConcurrentTransactions):
 		return kerr.NotEnoughReplicas

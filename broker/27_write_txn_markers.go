@@ -1,0 +1,90 @@
+package broker
+
+// WriteTxnMarkers: versions 0-2.
+//
+// The request a transaction coordinator sends each partition leader; this
+// broker's own coordinator sends v2 through c.internalRequest, and tests
+// (or another coordinator) may send any version over the network. Each
+// marker is checked against the producer's state at the leader with
+// KIP-1228's rules (partition.appendMarker): a v2 request whose marker says
+// TransactionVersion 2 gets the strict rule (markerEpoch > current; equal
+// with no open transaction is an already-written marker: success, nothing
+// written twice), a v0/v1 request or a TV0/TV1 marker the legacy rule
+// (markerEpoch >= current), and the LegacyMarkerValidation debug switch
+// gives TV2 markers the legacy rule too. A refused marker gets
+// INVALID_PRODUCER_EPOCH (TRANSACTION_COORDINATOR_FENCED for an older
+// coordinator epoch) and writes nothing. A partition this node does not
+// lead gets NOT_LEADER_OR_FOLLOWER, an unknown one
+// UNKNOWN_TOPIC_OR_PARTITION. A marker written to an internal topic is
+// handed to the coordinator that owns it (c.onMarker). Skipped: the
+// CLUSTER_ACTION authorization (there are no ACLs).
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 27, min: 0, max: 2, handle: handleWriteTxnMarkers}) }
+
+func handleWriteTxnMarkers(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.WriteTxnMarkersRequest)
+	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+	now := time.Now()
+	wrote := false
+	for _, m := range req.Markers {
+		rm := kmsg.NewWriteTxnMarkersResponseMarker()
+		rm.ProducerID = m.ProducerID
+		check := markerCheck{
+			pid:              m.ProducerID,
+			epoch:            m.ProducerEpoch,
+			commit:           m.Committed,
+			coordinatorEpoch: m.CoordinatorEpoch,
+			strict:           req.Version >= 2 && m.TransactionVersion >= txnVersion2 && !c.cfg.legacyMarkerValidation,
+		}
+		for _, t := range m.Topics {
+			rt := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+			rt.Topic = t.Topic
+			for _, idx := range t.Partitions {
+				rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
+				rp.Partition = idx
+				written, err := c.writeMarker(r.node.id, t.Topic, idx, check, now)
+				if err != nil {
+					rp.ErrorCode = err.Code
+				}
+				wrote = wrote || written
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			rm.Topics = append(rm.Topics, rt)
+		}
+		resp.Markers = append(resp.Markers, rm)
+	}
+	if wrote {
+		c.wakeFetches()
+	}
+	return resp, nil
+}
+
+// writeMarker validates and writes one marker at the leader node.
+func (c *Cluster) writeMarker(node int32, topicName string, index int32, check markerCheck, now time.Time) (bool, *kerr.Error) {
+	p := c.partitionOf(topicName, index)
+	if p == nil {
+		return false, kerr.UnknownTopicOrPartition
+	}
+	if err := p.checkLeader(node, -1); err != nil {
+		return false, err
+	}
+	cm, written, err := p.appendMarker(check, now)
+	if err != nil {
+		c.logger.Info("transaction marker refused", "topic", topicName, "partition", index,
+			"producer_id", check.pid, "marker_epoch", check.epoch, "strict", check.strict, "err", err)
+		return false, err
+	}
+	if written && p.topic.internal {
+		if fn := c.markerListeners[topicName]; fn != nil {
+			fn(p, cm)
+		}
+	}
+	return written, nil
+}

@@ -1,0 +1,85 @@
+package broker
+
+// ListTransactions: versions 0-2.
+//
+// The transactions of the __transaction_state partitions this node leads
+// (each checked as every coordinator answer is: a partition the node no
+// longer leads is not listed), filtered as Kafka filters them: by state
+// name (a name Kafka does not know comes back in UnknownStateFilters and
+// matches nothing), by producer id, from v1 by duration (only
+// transactions whose start is more than DurationFilterMillis ago; -1 for
+// no filter) and from v2 by a transactional-id pattern (RE2 syntax, whole
+// id; a pattern that does not compile is INVALID_REGULAR_EXPRESSION).
+// Listed by transactional id. Skipped: authorization.
+
+import (
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 66, min: 0, max: 2, handle: handleListTransactions}) }
+
+func handleListTransactions(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.ListTransactionsRequest)
+	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
+	states := make(map[txnState]bool)
+	for _, name := range req.StateFilters {
+		s, holdable, known := parseTxnState(name)
+		if !known {
+			resp.UnknownStateFilters = append(resp.UnknownStateFilters, name)
+		}
+		if holdable {
+			states[s] = true
+		}
+	}
+	pids := make(map[int64]bool, len(req.ProducerIDFilters))
+	for _, pid := range req.ProducerIDFilters {
+		pids[pid] = true
+	}
+	var pattern *regexp.Regexp
+	if req.Version >= 2 && req.TransactionalIDPattern != nil && *req.TransactionalIDPattern != "" {
+		re, err := regexp.Compile("^(?:" + *req.TransactionalIDPattern + ")$")
+		if err != nil {
+			resp.ErrorCode = kerr.InvalidRegularExpression.Code
+			return resp, nil
+		}
+		pattern = re
+	}
+	duration := int64(-1)
+	if req.Version >= 1 {
+		duration = req.DurationFilterMillis
+	}
+	nowMs := time.Now().UnixMilli()
+	tc := c.coordinators.txn
+	for key := range tc.shards.loaded {
+		if key.node != r.node.id {
+			continue
+		}
+		sh, err := tc.shards.lookup(key.node, key.partition)
+		if err != nil {
+			continue
+		}
+		for _, m := range sh.state.txns {
+			switch {
+			case len(req.StateFilters) > 0 && !states[m.state]:
+			case len(pids) > 0 && !pids[m.producerID]:
+			case duration >= 0 && nowMs-m.startMs <= duration:
+			case pattern != nil && !pattern.MatchString(m.id):
+			default:
+				st := kmsg.NewListTransactionsResponseTransactionState()
+				st.TransactionalID = m.id
+				st.ProducerID = m.producerID
+				st.TransactionState = m.state.String()
+				resp.TransactionStates = append(resp.TransactionStates, st)
+			}
+		}
+	}
+	sort.Slice(resp.TransactionStates, func(i, j int) bool {
+		return resp.TransactionStates[i].TransactionalID < resp.TransactionStates[j].TransactionalID
+	})
+	return resp, nil
+}

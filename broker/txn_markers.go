@@ -1,0 +1,151 @@
+package broker
+
+// How the transaction coordinator writes its markers: one
+// WriteTxnMarkersRequest v2 per partition leader, sent through
+// c.internalRequest to the same handler (27_write_txn_markers.go) that
+// serves the network. The request carries the transaction's version, so a
+// leader applies KIP-1228's strict rule to TV2 markers.
+//
+// Per partition, as Kafka's marker channel does: success, or
+// INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED (the leader has
+// seen a newer producer or coordinator, so nothing is left to do) finish
+// the partition; a partition whose topic is gone is dropped; anything else
+// (NOT_LEADER_OR_FOLLOWER after a move, above all) is retried toward the
+// partition's leader of the moment, paced by an exponential backoff with
+// jitter. When every partition is done the transaction completes.
+//
+// Under the LateMarkerCopies debug switch every request is sent once more
+// after the configured delay, as a coordinator whose response was lost
+// and which retried late would send it.
+
+import (
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Marker retry pacing.
+const (
+	markerRetryInitial = 20 * time.Millisecond
+	markerRetryMax     = time.Second
+)
+
+// sendMarkers sends the markers of m's pending partitions and completes the
+// transaction once none is left.
+func (tc *txnCoordinator) sendMarkers(sh *shard[*txnShard], m *txnMeta, now time.Time) {
+	if m.pending == nil {
+		m.pending = make(map[txnPartition]struct{}, len(m.partitions))
+		for tp := range m.partitions {
+			m.pending[tp] = struct{}{}
+		}
+	}
+	byLeader := make(map[int32][]txnPartition)
+	for _, tp := range sortedPartitions(m.pending) {
+		p := tc.c.partitionOf(tp.topic, tp.partition)
+		if p == nil || p.deleted {
+			tc.c.logger.Info("skipping the marker of a deleted partition", "transactional_id", m.id,
+				"topic", tp.topic, "partition", tp.partition)
+			delete(m.pending, tp)
+			continue
+		}
+		byLeader[p.leader] = append(byLeader[p.leader], tp)
+	}
+	leaders := make([]int32, 0, len(byLeader))
+	for l := range byLeader {
+		leaders = append(leaders, l)
+	}
+	sort.Slice(leaders, func(i, j int) bool { return leaders[i] < leaders[j] })
+	for _, leader := range leaders {
+		req := tc.markerRequest(sh, m, byLeader[leader])
+		resp, err := tc.c.internalRequest(leader, req)
+		if d := tc.c.cfg.lateMarkerCopies; d > 0 {
+			tc.sendLateCopy(leader, req, d)
+		}
+		if err != nil {
+			tc.c.logger.Warn("marker request failed; retrying", "transactional_id", m.id, "node", leader, "err", err)
+			continue
+		}
+		tc.markerResults(m, resp.(*kmsg.WriteTxnMarkersResponse))
+	}
+	if len(m.pending) == 0 {
+		tc.completeTxn(sh, m, now)
+		return
+	}
+	if m.retry == nil {
+		m.retry = backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(markerRetryInitial),
+			backoff.WithMaxInterval(markerRetryMax),
+			backoff.WithMaxElapsedTime(0), // a prepared transaction must complete
+		)
+	}
+	m.retryAt = now.Add(m.retry.NextBackOff())
+}
+
+// markerRequest builds the WriteTxnMarkers v2 request of m for partitions.
+func (tc *txnCoordinator) markerRequest(sh *shard[*txnShard], m *txnMeta, parts []txnPartition) *kmsg.WriteTxnMarkersRequest {
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	req.Version = 2
+	mk := kmsg.NewWriteTxnMarkersRequestMarker()
+	mk.ProducerID = m.producerID
+	mk.ProducerEpoch = m.epoch
+	mk.Committed = m.state == txnPrepareCommit
+	mk.CoordinatorEpoch = sh.epoch
+	mk.TransactionVersion = m.tv
+	for _, tp := range parts {
+		if n := len(mk.Topics); n == 0 || mk.Topics[n-1].Topic != tp.topic {
+			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+			t.Topic = tp.topic
+			mk.Topics = append(mk.Topics, t)
+		}
+		t := &mk.Topics[len(mk.Topics)-1]
+		t.Partitions = append(t.Partitions, tp.partition)
+	}
+	req.Markers = append(req.Markers, mk)
+	return req
+}
+
+// markerResults removes from m.pending every partition that is done.
+func (tc *txnCoordinator) markerResults(m *txnMeta, resp *kmsg.WriteTxnMarkersResponse) {
+	for _, rm := range resp.Markers {
+		for _, rt := range rm.Topics {
+			for _, rp := range rt.Partitions {
+				tp := txnPartition{rt.Topic, rp.Partition}
+				err := kerr.ErrorForCode(rp.ErrorCode)
+				switch {
+				case err == nil:
+					delete(m.pending, tp)
+				case errors.Is(err, kerr.InvalidProducerEpoch), errors.Is(err, kerr.TransactionCoordinatorFenced):
+					tc.c.logger.Info("marker refused by the leader; partition done", "transactional_id", m.id,
+						"topic", tp.topic, "partition", tp.partition, "err", err)
+					delete(m.pending, tp)
+				default:
+					tc.c.logger.Info("marker not written; retrying", "transactional_id", m.id,
+						"topic", tp.topic, "partition", tp.partition, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// sendLateCopy sends req to node once more after d (LateMarkerCopies).
+func (tc *txnCoordinator) sendLateCopy(node int32, req *kmsg.WriteTxnMarkersRequest, d time.Duration) {
+	tc.c.after(d, func() {
+		resp, err := tc.c.internalRequest(node, req)
+		if err != nil {
+			tc.c.logger.Info("late marker copy failed", "node", node, "err", err)
+			return
+		}
+		for _, rm := range resp.(*kmsg.WriteTxnMarkersResponse).Markers {
+			for _, rt := range rm.Topics {
+				for _, rp := range rt.Partitions {
+					tc.c.logger.Info("late marker copy answered", "node", node, "producer_id", rm.ProducerID,
+						"topic", rt.Topic, "partition", rp.Partition, "err", kerr.ErrorForCode(rp.ErrorCode))
+				}
+			}
+		}
+	})
+}
