@@ -1,0 +1,76 @@
+package broker
+
+// OffsetCommit: versions 2-10 (Kafka 4 removed 0-1).
+//
+// Commits to the group's coordinator (NOT_COORDINATOR from any other node).
+// Who may commit follows Kafka's classic rules: generation -1 without a
+// member commits only while the group has no members (and creates a group
+// that does not exist yet); otherwise the member (and its group.instance.id:
+// FENCED_INSTANCE_ID) must belong to the group at the request's generation
+// (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION; a missing group is ILLEGAL_GENERATION
+// below v9 and GROUP_ID_NOT_FOUND from v9), and not while the group awaits
+// its leader's assignment (REBALANCE_IN_PROGRESS). Unknown topics or
+// partitions get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id, v10),
+// metadata over 4096 bytes OFFSET_METADATA_TOO_LARGE. The valid partitions
+// are written as one batch to __consumer_offsets and applied at once.
+// Skipped: v2-4's retention time (offsets never expire here), KIP-848
+// member epochs (consumer groups are not served).
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 8, min: 2, max: 10, handle: handleOffsetCommit}) }
+
+func handleOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.OffsetCommitRequest)
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	g := c.coordinators.group
+	now := time.Now()
+	byID := req.Version >= 10
+
+	st, groupErr := g.shardFor(r.node.id, req.Group)
+	if groupErr == nil && req.Group == "" {
+		groupErr = kerr.InvalidGroupID
+	}
+	if groupErr == nil {
+		_, groupErr = st.groupForCommit(req.Group, offsetCommitter{
+			memberID:   req.MemberID,
+			instanceID: req.InstanceID,
+			generation: req.Generation,
+			version:    req.Version,
+		})
+	}
+	var writes []offsetWrite
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			w := c.newOffsetWrite(byID, rt.Topic, rt.TopicID, rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, now)
+			if groupErr != nil {
+				w.err = groupErr
+			}
+			writes = append(writes, w)
+		}
+	}
+	if groupErr == nil {
+		g.writeOffsets(st, req.Group, writes, -1, -1, now)
+	}
+	i := 0
+	for _, rt := range req.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			if err := writes[i].err; err != nil {
+				sp.ErrorCode = err.Code
+			}
+			i++
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}

@@ -1,0 +1,63 @@
+package broker
+
+// ListGroups: versions 0-5.
+//
+// Each node lists the groups it coordinates (the groups of the
+// __consumer_offsets partitions it leads): classic groups, including groups
+// that only hold offsets (protocol type ""), and share groups (protocol
+// type and group type "share"). v4 filters by state, v5 by group type
+// ("classic", "share"), both case-insensitively; an empty filter keeps
+// everything. KIP-848 consumer groups do not exist here.
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 16, min: 0, max: 5, handle: handleListGroups}) }
+
+func handleListGroups(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.ListGroupsRequest)
+	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
+	g := c.coordinators.group
+	keep := func(state, groupType string) bool {
+		return matchesFilter(req.StatesFilter, state) && matchesFilter(req.TypesFilter, groupType)
+	}
+	for st := range g.live {
+		if sh, err := g.shards.lookup(st.node, st.partition); st.node != r.node.id || err != nil || sh.state != st {
+			continue
+		}
+		for name, grp := range st.groups {
+			if !keep(grp.state.String(), "classic") {
+				continue
+			}
+			lg := kmsg.NewListGroupsResponseGroup()
+			lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = name, grp.protocolType, grp.state.String(), "classic"
+			resp.Groups = append(resp.Groups, lg)
+		}
+	}
+	for name, state := range c.shareGroupStates() {
+		if _, err := g.shardFor(r.node.id, name); err != nil || !keep(state, "share") {
+			continue
+		}
+		lg := kmsg.NewListGroupsResponseGroup()
+		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = name, "share", state, "share"
+		resp.Groups = append(resp.Groups, lg)
+	}
+	sort.Slice(resp.Groups, func(i, j int) bool { return resp.Groups[i].Group < resp.Groups[j].Group })
+	return resp, nil
+}
+
+func matchesFilter(filter []string, value string) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	for _, f := range filter {
+		if strings.EqualFold(f, value) {
+			return true
+		}
+	}
+	return false
+}

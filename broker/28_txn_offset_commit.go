@@ -1,0 +1,106 @@
+package broker
+
+// TxnOffsetCommit: versions 0-6.
+//
+// Commits offsets inside a transaction, at the group's coordinator
+// (NOT_COORDINATOR from any other node). The group and member are checked
+// as for OffsetCommit, except that a commit without member and generation
+// (v0-2 carry neither) is accepted while the group has members, and a
+// rebalance awaiting its leader does not refuse it; v3+ check the member
+// (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) and generation
+// (ILLEGAL_GENERATION; a missing group is GROUP_ID_NOT_FOUND from v6). Then
+// the transaction coordinator of the transactional id is asked, through the
+// same AddPartitionsToTxn handler (broker form) the network uses, to add the
+// group's __consumer_offsets partition to the producer's transaction (v5+,
+// transaction version 2: the request does AddOffsetsToTxn's job) or to
+// confirm that AddOffsetsToTxn added it (v0-4); its answer (e.g.
+// INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) becomes every
+// partition's error, and an unreachable coordinator COORDINATOR_NOT_AVAILABLE.
+// For v0-4 clients PRODUCER_FENCED reads INVALID_PRODUCER_EPOCH and
+// TRANSACTION_ABORTABLE INVALID_TXN_STATE, as Kafka maps them. The offsets
+// are written as one transactional batch with the producer's id and epoch
+// and stay invisible (OffsetFetch answers the previous offset, or
+// UNSTABLE_OFFSET_COMMIT with RequireStable) until the transaction's COMMIT
+// marker lands on that partition; ABORT discards them. v6 names topics by
+// id (UNKNOWN_TOPIC_ID).
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 28, min: 0, max: 6, handle: handleTxnOffsetCommit}) }
+
+func handleTxnOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.TxnOffsetCommitRequest)
+	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+	g := c.coordinators.group
+	now := time.Now()
+	byID := req.Version >= 6
+
+	st, groupErr := g.shardFor(r.node.id, req.Group)
+	if groupErr == nil && req.Group == "" {
+		groupErr = kerr.InvalidGroupID
+	}
+	if groupErr == nil {
+		_, groupErr = st.groupForCommit(req.Group, offsetCommitter{
+			memberID:      req.MemberID,
+			instanceID:    req.InstanceID,
+			generation:    req.Generation,
+			transactional: true,
+			version:       req.Version,
+		})
+	}
+	var writes []offsetWrite
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			writes = append(writes, c.newOffsetWrite(byID, rt.Topic, rt.TopicID, rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, now))
+		}
+	}
+	if groupErr == nil && anyValid(writes) {
+		partition := c.CoordinatorPartition(coordinatorGroup, req.Group)
+		groupErr = g.addOffsetsToTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, partition, req.Version < 5)
+		if groupErr != nil && req.Version < 5 {
+			switch groupErr {
+			case kerr.ProducerFenced:
+				groupErr = kerr.InvalidProducerEpoch
+			case kerr.TransactionAbortable:
+				groupErr = kerr.InvalidTxnState
+			}
+		}
+	}
+	if groupErr != nil {
+		for i := range writes {
+			writes[i].err = groupErr
+		}
+	} else {
+		g.writeOffsets(st, req.Group, writes, req.ProducerID, req.ProducerEpoch, now)
+	}
+	i := 0
+	for _, rt := range req.Topics {
+		st := kmsg.NewTxnOffsetCommitResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			if err := writes[i].err; err != nil {
+				sp.ErrorCode = err.Code
+			}
+			i++
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func anyValid(writes []offsetWrite) bool {
+	for _, w := range writes {
+		if w.err == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,50 @@
+package broker
+
+// ShareGroupHeartbeat: version 1 (version 0 was Kafka 4.0's early access
+// and is gone).
+//
+// Served by the group coordinator (NOT_COORDINATOR elsewhere). Epoch 0
+// joins (creating the group; SubscribedTopicNames required for a new
+// member), -1 leaves (releasing every record the member holds), any other
+// epoch must be the member's current one (FENCED_MEMBER_EPOCH otherwise,
+// UNKNOWN_MEMBER_ID for a member the group does not have). Every member is
+// assigned every partition of the topics it subscribes to; the assignment
+// is sent on joining, on a heartbeat that carries the subscription and
+// whenever it changes, and the share state of newly assigned partitions is
+// initialized then. Members that miss share.session.timeout.ms are fenced
+// and their records released. Skipped: GROUP_MAX_SIZE_REACHED, rack-aware
+// assignment, authorization.
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 76, min: 1, max: 1, handle: handleShareGroupHeartbeat}) }
+
+func handleShareGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.ShareGroupHeartbeatRequest)
+	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
+	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
+		resp.ErrorCode = err.Code
+		if msg != "" {
+			resp.ErrorMessage = &msg
+		}
+		return resp, nil
+	}
+	switch {
+	case req.GroupID == "":
+		return fail(kerr.InvalidRequest, "GroupID is empty")
+	case req.MemberID == "":
+		return fail(kerr.InvalidRequest, "MemberID is empty: share group members choose their own id")
+	}
+	if err := c.groupCoordinatorError(r.node.id, req.GroupID); err != nil {
+		return fail(err, "")
+	}
+	if err, msg := c.coordinators.share.heartbeat(r, req, resp, time.Now()); err != nil {
+		return fail(err, msg)
+	}
+	return resp, nil
+}

@@ -1,0 +1,134 @@
+package broker
+
+// ShareFetch: versions 1-2 (version 0 was Kafka 4.0's early access).
+//
+// Share sessions per (group, member, node): epoch 0 opens one for a member
+// of the group (UNKNOWN_MEMBER_ID otherwise; acknowledgements on it get
+// INVALID_SHARE_SESSION_EPOCH), later epochs must be the session's next
+// (INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND), and -1 applies
+// the piggybacked acknowledgements and closes the session, releasing what
+// the member holds there. Topics add partitions to the session,
+// ForgottenTopicsData removes them. Piggybacked acknowledgements (GAP,
+// ACCEPT, RELEASE, REJECT; RENEW with v2's IsRenewAck) are applied first,
+// all or nothing per partition, with the outcome in AcknowledgeErrorCode;
+// a request with IsRenewAck fetches nothing (KIP-1222). Then AVAILABLE
+// records of the session's partitions are acquired for the member, up to
+// MaxRecords (the broker's default when 0) and MaxBytes, reading committed
+// data only; the response carries the stored batches that hold them and
+// the AcquiredRecords ranges with their delivery counts. With nothing to
+// hand out the request waits up to MaxWaitMillis for records to arrive or
+// be released. A partition this node does not lead answers
+// NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint.
+// Skipped: BatchSize and ShareAcquireMode (acquisition never exceeds
+// MaxRecords, which both modes allow), MinBytes beyond "at least one
+// record", authorization, releasing a session's records when its
+// connection closes.
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 78, min: 1, max: 2, handle: handleShareFetch}) }
+
+func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.ShareFetchRequest)
+	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
+	sc := c.coordinators.share
+	now := time.Now()
+	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
+		resp.ErrorCode = err.Code
+		if msg != "" {
+			resp.ErrorMessage = &msg
+		}
+		return resp, nil
+	}
+	group, member := shareStringOrEmpty(req.GroupID), shareStringOrEmpty(req.MemberID)
+	if group == "" || member == "" {
+		return fail(kerr.InvalidRequest, "GroupID and MemberID are required")
+	}
+	resp.AcquisitionLockTimeoutMillis = int32(sc.lockDuration(group).Milliseconds())
+	key := shareSessionKey{group: group, member: member, node: r.node.id}
+	var s *shareSession
+	if req.ShareSessionEpoch == 0 {
+		if g := sc.groups[group]; g == nil || g.members[member] == nil {
+			return fail(kerr.UnknownMemberID, "the member is not in the share group")
+		}
+		s = sc.openSession(key, now)
+	} else {
+		var err *kerr.Error
+		if s, err = sc.session(key, req.ShareSessionEpoch); err != nil {
+			return fail(err, "")
+		}
+	}
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			s.parts[shareTP{topicID: rt.TopicID, partition: rp.Partition}] = struct{}{}
+		}
+	}
+	renew := req.Version >= 2 && req.IsRenewAck
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			if len(rp.AcknowledgementBatches) == 0 {
+				continue
+			}
+			tp := shareTP{topicID: rt.TopicID, partition: rp.Partition}
+			out := shareFetchPartitionResp(resp, tp)
+			if req.ShareSessionEpoch == 0 {
+				out.AcknowledgeErrorCode = kerr.InvalidShareSessionEpoch.Code
+				continue
+			}
+			batches := make([]shareAckBatch, 0, len(rp.AcknowledgementBatches))
+			for _, b := range rp.AcknowledgementBatches {
+				batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes})
+			}
+			if _, err, msg := sc.acknowledge(r.node.id, group, member, tp, batches, renew, now); err != nil {
+				out.AcknowledgeErrorCode = err.Code
+				if msg != "" {
+					out.AcknowledgeErrorMessage = &msg
+				}
+			}
+		}
+	}
+	for _, ft := range req.ForgottenTopicsData {
+		for _, p := range ft.Partitions {
+			delete(s.parts, shareTP{topicID: ft.TopicID, partition: p})
+		}
+	}
+	if req.ShareSessionEpoch == -1 {
+		sc.closeSession(s, now)
+		return resp, nil
+	}
+	s.bump()
+	if renew {
+		return resp, nil
+	}
+	lim := shareFetchLimits{maxRecords: int(req.MaxRecords), maxBytes: int(req.MaxBytes)}
+	if lim.maxRecords <= 0 {
+		lim.maxRecords = int(c.cfg.shareMaxFetchRecords)
+	}
+	if lim.maxBytes <= 0 {
+		lim.maxBytes = 1 << 30
+	}
+	n, errs := sc.fetchInto(r.node.id, s, lim, resp, now)
+	if n > 0 || errs || req.MaxWaitMillis <= 0 {
+		return resp, nil
+	}
+	sc.waits = append(sc.waits, &shareFetchWait{
+		r:        r,
+		session:  s,
+		resp:     resp,
+		limits:   lim,
+		deadline: now.Add(time.Duration(req.MaxWaitMillis) * time.Millisecond),
+	})
+	return nil, nil
+}
+
+func shareStringOrEmpty(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

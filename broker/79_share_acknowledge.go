@@ -1,0 +1,95 @@
+package broker
+
+// ShareAcknowledge: versions 1-2 (version 0 was Kafka 4.0's early access).
+//
+// Acknowledges records in an open share session (epoch 0 is
+// INVALID_SHARE_SESSION_EPOCH; an unknown session SHARE_SESSION_NOT_FOUND;
+// a wrong epoch INVALID_SHARE_SESSION_EPOCH); epoch -1 also closes the
+// session, releasing what the member still holds there. Types GAP, ACCEPT,
+// RELEASE and REJECT, and RENEW when v2's IsRenewAck is set (KIP-1222;
+// INVALID_REQUEST otherwise), one per range or one per offset. Each
+// partition is all or nothing: an offset that is not ACQUIRED by this
+// member under an unexpired lock fails the partition with
+// INVALID_RECORD_STATE. A partition this node does not lead answers
+// NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint. v2
+// answers AcquisitionLockTimeoutMillis. Skipped: authorization.
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { registerAPI(apiSpec{key: 79, min: 1, max: 2, handle: handleShareAcknowledge}) }
+
+func handleShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*kmsg.ShareAcknowledgeRequest)
+	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+	sc := c.coordinators.share
+	now := time.Now()
+	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
+		resp.ErrorCode = err.Code
+		if msg != "" {
+			resp.ErrorMessage = &msg
+		}
+		return resp, nil
+	}
+	group, member := shareStringOrEmpty(req.GroupID), shareStringOrEmpty(req.MemberID)
+	if group == "" || member == "" {
+		return fail(kerr.InvalidRequest, "GroupID and MemberID are required")
+	}
+	resp.AcquisitionLockTimeoutMillis = int32(sc.lockDuration(group).Milliseconds())
+	if req.ShareSessionEpoch == 0 {
+		return fail(kerr.InvalidShareSessionEpoch, "acknowledgements need an open share session")
+	}
+	s, err := sc.session(shareSessionKey{group: group, member: member, node: r.node.id}, req.ShareSessionEpoch)
+	if err != nil {
+		return fail(err, "")
+	}
+	renew := req.Version >= 2 && req.IsRenewAck
+	for _, rt := range req.Topics {
+		st := kmsg.NewShareAcknowledgeResponseTopic()
+		st.TopicID = rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = -1, -1
+			batches := make([]shareAckBatch, 0, len(rp.AcknowledgementBatches))
+			for _, b := range rp.AcknowledgementBatches {
+				batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes})
+			}
+			p, err, msg := sc.acknowledge(r.node.id, group, member, shareTP{topicID: rt.TopicID, partition: rp.Partition}, batches, renew, now)
+			if err != nil {
+				sp.ErrorCode = err.Code
+				if msg != "" {
+					sp.ErrorMessage = &msg
+				}
+				if err == kerr.NotLeaderForPartition {
+					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = p.leader, p.leaderEpoch
+					addShareAckEndpoint(c, resp, p.leader)
+				}
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if req.ShareSessionEpoch == -1 {
+		sc.closeSession(s, now)
+	} else {
+		s.bump()
+	}
+	return resp, nil
+}
+
+func addShareAckEndpoint(c *Cluster, resp *kmsg.ShareAcknowledgeResponse, id int32) {
+	for _, ep := range resp.NodeEndpoints {
+		if ep.NodeID == id {
+			return
+		}
+	}
+	n := c.nodeByID(id)
+	ep := kmsg.NewShareAcknowledgeResponseNodeEndpoint()
+	ep.NodeID, ep.Host, ep.Port = n.id, n.host, n.port
+	resp.NodeEndpoints = append(resp.NodeEndpoints, ep)
+}

@@ -1,0 +1,110 @@
+package broker
+
+// TxnShareAcknowledge (KIP-1289, key 95): version 0. Off with
+// ShareTxnAPIs(false).
+//
+// Sent to the leader of each data partition. The member must be in the
+// group with a member epoch it has held since it joined
+// (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH: set at the top level and on every
+// partition). Per partition, all or nothing: ACCEPT, RELEASE and REJECT may
+// be staged, GAP and RENEW may not (INVALID_REQUEST); every offset must be
+// ACQUIRED by this member under an unexpired lock (INVALID_RECORD_STATE);
+// the partition's __share_group_state partition must be in the producer's
+// ongoing transaction, which AddShareAcksToTxn puts it in (the transaction
+// coordinator's verification answers, e.g. INVALID_TXN_STATE,
+// PRODUCER_FENCED; its retriable errors come back as NOT_ENOUGH_REPLICAS).
+// The share coordinator then appends a transactional record of the staged
+// acknowledgements, with the producer's id and epoch, to that partition
+// (INVALID_PRODUCER_EPOCH for an epoch older than the one it has seen), and
+// the records go TX_PENDING: their lock stops, and only a marker on that
+// partition resolves them. NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID and
+// UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge. Skipped:
+// authorization.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+func init() {
+	registerAPI(apiSpec{key: wire.TxnShareAcknowledgeKey, min: 0, max: 0, handle: handleTxnShareAcknowledge, shareTxn: true})
+}
+
+func handleTxnShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
+	req := r.kreq.(*wire.TxnShareAcknowledgeRequest)
+	resp := req.ResponseKind().(*wire.TxnShareAcknowledgeResponse)
+	sc := c.coordinators.share
+	now := time.Now()
+	top, topMsg := (*kerr.Error)(nil), ""
+	switch {
+	case req.TransactionalID == "" || req.GroupID == "" || req.MemberID == "":
+		top, topMsg = kerr.InvalidRequest, "TransactionalId, GroupId and MemberId are required"
+	case req.ProducerID < 0 || req.ProducerEpoch < 0:
+		top, topMsg = kerr.InvalidRequest, "a transactional producer id and epoch are required"
+	default:
+		top, topMsg = sc.checkMemberEpoch(req.GroupID, req.MemberID, req.MemberEpoch)
+	}
+	if top != nil {
+		resp.ErrorCode = top.Code
+	}
+	for _, rt := range req.Topics {
+		st := wire.TxnShareAcknowledgeTopicResponse{TopicID: rt.TopicID}
+		for _, rp := range rt.Partitions {
+			pr := wire.TxnShareAcknowledgePartitionResponse{Partition: rp.Partition}
+			err, msg := top, topMsg
+			if err == nil {
+				err, msg = sc.stageTxnAcks(r.node.id, req, rt.TopicID, rp, now)
+			}
+			if err != nil {
+				pr.ErrorCode = err.Code
+				if msg != "" {
+					pr.ErrorMessage = &msg
+				}
+			}
+			st.Partitions = append(st.Partitions, pr)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+// stageTxnAcks stages one partition's acknowledgements in the producer's
+// transaction, or nothing of them.
+func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowledgeRequest, topicID [16]byte, rp wire.TxnShareAcknowledgePartition, now time.Time) (*kerr.Error, string) {
+	batches := make([]shareAckBatch, 0, len(rp.AcknowledgementBatches))
+	for _, b := range rp.AcknowledgementBatches {
+		batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: []int8{int8(b.AcknowledgeType)}})
+	}
+	acks, perr := parseShareAcks(batches, wire.AckType.Transactional)
+	if perr != nil {
+		return kerr.InvalidRequest, perr.Error()
+	}
+	p, err := sc.sharePartitionAt(topicID, rp.Partition, node)
+	if err != nil {
+		return err, ""
+	}
+	key := shareKey{group: req.GroupID, topicID: topicID, partition: rp.Partition}
+	sp, err := sc.livePartition(key, p, node, now)
+	if err != nil {
+		return err, ""
+	}
+	if err, msg := sp.checkHeld(req.MemberID, acks, now); err != nil {
+		return err, msg
+	}
+	statePartition := sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
+	if err := sc.c.verifyTransactionalProduce(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, 0); err != nil {
+		return err, fmt.Sprintf("%s-%d is not verified in the producer's transaction (AddShareAcksToTxn adds it): %s", statePartition.topic.name, statePartition.index, err.Message)
+	}
+	v := &shareStateValue{Kind: shareKindStaged, StateEpoch: sp.stateEpoch, Staged: sp.staged(acks)}
+	if err := sc.writeState(key, v, req.ProducerID, req.ProducerEpoch, now); err != nil {
+		return err, ""
+	}
+	sp.stage(acks, req.ProducerID)
+	sc.c.logger.Debug("share acknowledgements staged", "key", key.String(), "producer_id", req.ProducerID, "epoch", req.ProducerEpoch, "batches", len(v.Staged))
+	return nil, ""
+}

@@ -1,0 +1,225 @@
+package broker
+
+// The share side of the cluster: share groups (share_group.go), share
+// sessions and long polls (share_session.go), the live share-partitions at
+// the data partitions' leaders (share_partition.go) and the share
+// coordinator that persists them in __share_group_state (share_state.go).
+//
+// Everything is owned by the run loop. The live state of a share-partition
+// belongs to the node leading its data partition at one leader epoch; when
+// leadership moves it is dropped, and the new leader rebuilds it from the
+// share coordinator that leads the share-partition's __share_group_state
+// partition, exactly as a Kafka share-partition leader reads its state
+// from the share coordinator.
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// shareCoordinator holds all share-group state of the cluster.
+type shareCoordinator struct {
+	c      *Cluster
+	states *shards[*shareStateShard]
+
+	groups       map[string]*shareGroup
+	groupConfigs map[string]map[string]string
+	live         map[shareKey]*sharePartition
+	sessions     map[shareSessionKey]*shareSession
+	waits        []*shareFetchWait
+}
+
+func init() {
+	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
+		sc := &shareCoordinator{
+			c:            c,
+			groups:       make(map[string]*shareGroup),
+			groupConfigs: make(map[string]map[string]string),
+			live:         make(map[shareKey]*sharePartition),
+			sessions:     make(map[shareSessionKey]*shareSession),
+		}
+		sc.states = newShards(c, wire.ShareGroupStateTopic, sc.loadShareState)
+		c.coordinators.share = sc
+		c.onLeaderChange(sc.leaderChanged)
+		c.onMarker(wire.ShareGroupStateTopic, sc.markerWritten)
+		c.onTick(sc.tick)
+	})
+}
+
+// stateShard returns the share coordinator serving key: the loaded shard of
+// the node that leads key's __share_group_state partition.
+func (sc *shareCoordinator) stateShard(key shareKey) (*shard[*shareStateShard], *kerr.Error) {
+	p := sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
+	if p == nil {
+		return nil, kerr.CoordinatorNotAvailable
+	}
+	return sc.states.lookup(p.leader, p.index)
+}
+
+// persisted returns the persisted state of key, or nil if it was never
+// initialized.
+func (sc *shareCoordinator) persisted(key shareKey) *sharePersisted {
+	sh, err := sc.stateShard(key)
+	if err != nil {
+		return nil
+	}
+	return sh.state.parts[key]
+}
+
+// writeState appends one record for key to its __share_group_state
+// partition and applies it to the coordinator's state, as replay will.
+// pid >= 0 writes it in that producer's transaction.
+func (sc *shareCoordinator) writeState(key shareKey, v *shareStateValue, pid int64, epoch int16, now time.Time) *kerr.Error {
+	sh, err := sc.stateShard(key)
+	if err != nil {
+		return err
+	}
+	if ps := sh.state.parts[key]; v != nil && v.Kind != shareKindSnapshot && (ps == nil || ps.stateEpoch != v.StateEpoch) {
+		return kerr.InvalidRecordState // the group was deleted under the live state
+	}
+	if _, err := sh.append([]kv{{key: encodeShareStateKey(key), value: encodeShareStateValue(v)}}, pid, epoch, now); err != nil {
+		return err
+	}
+	if aerr := sh.state.apply(key, v, pid, epoch); aerr != nil {
+		sc.c.logger.Error("share state record not applied", "key", key.String(), "err", aerr)
+		return kerr.UnknownServerError
+	}
+	if ps := sh.state.parts[key]; v != nil && v.Kind == shareKindUpdate && ps != nil && ps.updates >= shareSnapshotEvery {
+		snap := &shareStateValue{Kind: shareKindSnapshot, StateEpoch: ps.stateEpoch, StartOffset: ps.start, Batches: ps.batches()}
+		return sc.writeState(key, snap, -1, -1, now)
+	}
+	return nil
+}
+
+// initState initializes key's persisted state if it has none: the start
+// offset is where share.auto.offset.reset says (default latest, the high
+// watermark; earliest, the log start).
+func (sc *shareCoordinator) initState(key shareKey, p *partition, now time.Time) *kerr.Error {
+	sh, err := sc.stateShard(key)
+	if err != nil {
+		return err
+	}
+	if sh.state.parts[key] != nil {
+		return nil
+	}
+	start := p.endOffset()
+	if sc.autoOffsetReset(key.group) == "earliest" {
+		start = p.logStart
+	}
+	v := &shareStateValue{Kind: shareKindSnapshot, StateEpoch: sh.state.epochs[key] + 1, StartOffset: start}
+	return sc.writeState(key, v, -1, -1, now)
+}
+
+// livePartition returns the live state of key at node, loading it from the
+// share coordinator when node has none at the partition's current leader
+// epoch. It fails with the leader error when node does not lead p.
+func (sc *shareCoordinator) livePartition(key shareKey, p *partition, node int32, now time.Time) (*sharePartition, *kerr.Error) {
+	if err := p.checkLeader(node, -1); err != nil {
+		return nil, err
+	}
+	if sp := sc.live[key]; sp != nil && sp.current() {
+		return sp, nil
+	}
+	delete(sc.live, key)
+	if err := sc.initState(key, p, now); err != nil {
+		return nil, err
+	}
+	sh, err := sc.stateShard(key)
+	if err != nil {
+		return nil, err
+	}
+	sp := newLiveSharePartition(key, p, sh.state.parts[key], sh.state.pendingFor(key), sc.deliveryLimit(key.group))
+	sc.live[key] = sp
+	sc.flush(sp, now)
+	sc.c.logger.Debug("share-partition loaded", "key", key.String(), "node", node, "start", sp.start, "end", sp.end())
+	return sp, nil
+}
+
+// flush writes sp's changes since its last write.
+func (sc *shareCoordinator) flush(sp *sharePartition, now time.Time) {
+	v := sp.takeUpdate()
+	if v == nil {
+		return
+	}
+	if err := sc.writeState(sp.key, v, -1, -1, now); err != nil {
+		// The share coordinator always sits at the state partition's
+		// leader, so this only happens when that partition or its
+		// state is gone (a deleted group); the live state then goes too.
+		sc.c.logger.Warn("share state write failed; dropping live state", "key", sp.key.String(), "err", err)
+		delete(sc.live, sp.key)
+	}
+}
+
+// leaderChanged drops the live state of a data partition whose leadership
+// moved: the new leader loads it from the share coordinator. The share
+// coordinator's own shards move by themselves (shards.loadAt).
+func (sc *shareCoordinator) leaderChanged(p *partition, _ int32) {
+	if p.topic.internal {
+		return
+	}
+	for key, sp := range sc.live {
+		if sp.p == p {
+			delete(sc.live, key)
+		}
+	}
+}
+
+// markerWritten resolves the staged acknowledgements of a transaction when
+// its marker is written to a __share_group_state partition (the
+// transaction coordinator's markers, checked there by the KIP-1228 rules).
+func (sc *shareCoordinator) markerWritten(p *partition, m controlMarker) {
+	sh, err := sc.states.lookup(p.leader, p.index)
+	if err != nil {
+		sc.c.logger.Error("marker on a share state partition with no coordinator", "partition", p.index, "err", err)
+		return
+	}
+	now := time.Now()
+	for _, key := range sh.state.resolve(m.pid, m.commit) {
+		sp := sc.live[key]
+		if sp == nil || !sp.current() {
+			continue
+		}
+		n := sp.resolve(m.pid, m.commit, sc.deliveryLimit(key.group))
+		sc.flush(sp, now)
+		sc.c.logger.Debug("staged share acknowledgements resolved", "key", key.String(), "producer_id", m.pid, "commit", m.commit, "records", n)
+	}
+}
+
+// tick expires acquisition locks, fences members whose session timed out
+// and answers share fetches that waited long enough or now have records.
+func (sc *shareCoordinator) tick(now time.Time) {
+	for key, sp := range sc.live {
+		if !sp.current() {
+			delete(sc.live, key)
+			continue
+		}
+		if n := sp.expire(now, sc.deliveryLimit(key.group)); n > 0 {
+			sc.flush(sp, now)
+			sc.c.logger.Debug("acquisition locks expired", "key", key.String(), "records", n)
+		}
+	}
+	sc.fenceExpiredMembers(now)
+	sc.sweepWaits(now)
+}
+
+// releaseMemberRecords releases what member holds in the group's
+// share-partitions led by node (every node when node < 0).
+func (sc *shareCoordinator) releaseMemberRecords(group, member string, node int32, only map[shareTP]struct{}, now time.Time) {
+	for key, sp := range sc.live {
+		if key.group != group || !sp.current() || (node >= 0 && sp.leader != node) {
+			continue
+		}
+		if only != nil {
+			if _, ok := only[shareTP{key.topicID, key.partition}]; !ok {
+				continue
+			}
+		}
+		if n := sp.releaseMember(member, sc.deliveryLimit(group)); n > 0 {
+			sc.flush(sp, now)
+			sc.c.logger.Debug("released member's records", "key", key.String(), "member", member, "records", n)
+		}
+	}
+}

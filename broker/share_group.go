@@ -1,0 +1,322 @@
+package broker
+
+// Share group membership (KIP-932), served by the group coordinator: the
+// node leading the group's __consumer_offsets partition, checked before
+// every answer. Membership is held by the cluster rather than written to
+// __consumer_offsets: Kafka persists it there so that a new coordinator
+// replays it, and here a coordinator move keeps it the same way.
+//
+// Assignment is KIP-932's simple assignor in its degenerate form: every
+// member gets every partition of every topic it subscribes to. The group
+// epoch moves when a member joins, leaves or is fenced, when a
+// subscription changes and when a subscribed topic's partitions change; a
+// member takes the group epoch at its next heartbeat.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+type shareGroup struct {
+	name    string
+	epoch   int32
+	members map[string]*shareMember
+	// metadata fingerprints the subscribed topics' ids and partition
+	// counts, so a topic created, deleted or grown moves the epoch.
+	metadata string
+}
+
+type shareMember struct {
+	id         string
+	epoch      int32
+	joinEpoch  int32 // the epoch this incarnation of the member joined at
+	clientID   string
+	clientHost string
+	rack       *string
+	topics     []string // sorted
+	assigned   []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition
+	lastSeen   time.Time
+}
+
+// shareGroupState is the state ShareGroupDescribe and ListGroups report.
+func (g *shareGroup) state() string {
+	if len(g.members) == 0 {
+		return "Empty"
+	}
+	return "Stable"
+}
+
+// groupCoordinatorError is NOT_COORDINATOR unless node leads the group's
+// __consumer_offsets partition.
+func (c *Cluster) groupCoordinatorError(node int32, group string) *kerr.Error {
+	p := c.coordinatorPartitionFor(coordinatorGroup, group)
+	if p == nil || p.leader != node {
+		return kerr.NotCoordinator
+	}
+	return nil
+}
+
+// shareAssignment is what a member subscribed to topics gets: every
+// partition of each existing topic, by topic name.
+func (c *Cluster) shareAssignment(topics []string) []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition {
+	var out []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition
+	for _, name := range topics {
+		t := c.topics[name]
+		if t == nil || t.internal {
+			continue
+		}
+		tp := kmsg.NewShareGroupHeartbeatResponseAssignmentTopicPartition()
+		tp.TopicID = t.id
+		for i := range t.partitions {
+			tp.Partitions = append(tp.Partitions, int32(i))
+		}
+		out = append(out, tp)
+	}
+	return out
+}
+
+func sameShareAssignment(a, b []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].TopicID != b[i].TopicID || len(a[i].Partitions) != len(b[i].Partitions) {
+			return false
+		}
+	}
+	return true
+}
+
+// metadataFingerprint describes the topics the members subscribe to.
+func (c *Cluster) metadataFingerprint(g *shareGroup) string {
+	names := map[string]bool{}
+	for _, m := range g.members {
+		for _, t := range m.topics {
+			names[t] = true
+		}
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	var b strings.Builder
+	for _, n := range sorted {
+		if t := c.topics[n]; t != nil {
+			fmt.Fprintf(&b, "%s:%s:%d;", n, uuidString(t.id), len(t.partitions))
+		}
+	}
+	return b.String()
+}
+
+// heartbeat runs one ShareGroupHeartbeat at the coordinator.
+func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatRequest, resp *kmsg.ShareGroupHeartbeatResponse, now time.Time) (*kerr.Error, string) {
+	g := sc.groups[req.GroupID]
+	var m *shareMember
+	if g != nil {
+		m = g.members[req.MemberID]
+	}
+	switch {
+	case req.MemberEpoch == -1:
+		if m == nil {
+			return kerr.UnknownMemberID, "the member is not in the group"
+		}
+		sc.removeMember(g, m, "left", now)
+		resp.MemberEpoch = -1
+		return nil, ""
+	case req.MemberEpoch < -1:
+		return kerr.InvalidRequest, fmt.Sprintf("member epoch %d", req.MemberEpoch)
+	case req.MemberEpoch == 0:
+		if m == nil && len(req.SubscribedTopicNames) == 0 {
+			return kerr.InvalidRequest, "a joining member must subscribe to at least one topic"
+		}
+		if g == nil {
+			g = &shareGroup{name: req.GroupID, members: make(map[string]*shareMember)}
+			sc.groups[g.name] = g
+			sc.c.logger.Info("share group created", "group", g.name)
+		}
+		if m == nil {
+			m = &shareMember{id: req.MemberID}
+			g.members[m.id] = m
+		}
+		g.epoch++
+		m.epoch, m.joinEpoch, m.assigned = g.epoch, g.epoch, nil
+		sc.c.logger.Info("share group member joined", "group", g.name, "member", m.id, "epoch", m.epoch)
+	default:
+		if m == nil {
+			return kerr.UnknownMemberID, "the member is not in the group"
+		}
+		if req.MemberEpoch != m.epoch {
+			return kerr.FencedMemberEpoch, fmt.Sprintf("member epoch %d, current %d", req.MemberEpoch, m.epoch)
+		}
+	}
+	if req.SubscribedTopicNames != nil {
+		topics := append([]string(nil), req.SubscribedTopicNames...)
+		sort.Strings(topics)
+		if strings.Join(topics, ",") != strings.Join(m.topics, ",") {
+			m.topics = topics
+			g.epoch++
+		}
+	}
+	if req.RackID != nil {
+		m.rack = req.RackID
+	}
+	m.clientID = r.clientID
+	if r.cc != nil {
+		m.clientHost = r.cc.conn.RemoteAddr().String()
+	}
+	m.lastSeen = now
+	if fp := sc.c.metadataFingerprint(g); fp != g.metadata {
+		if g.metadata != "" {
+			g.epoch++
+		}
+		g.metadata = fp
+	}
+	m.epoch = g.epoch
+	assignment := sc.c.shareAssignment(m.topics)
+	if req.MemberEpoch == 0 || req.SubscribedTopicNames != nil || !sameShareAssignment(assignment, m.assigned) {
+		resp.Assignment = &kmsg.ShareGroupHeartbeatResponseAssignment{TopicPartitions: assignment}
+		m.assigned = assignment
+		sc.initAssigned(g.name, assignment, now)
+	}
+	resp.MemberID = &m.id
+	resp.MemberEpoch = m.epoch
+	resp.HeartbeatIntervalMillis = int32(sc.heartbeatInterval(g.name).Milliseconds())
+	return nil, ""
+}
+
+// initAssigned initializes the share state of newly assigned partitions,
+// as Kafka's group coordinator does when it first assigns them, so that
+// share.auto.offset.reset=latest starts where the group began reading.
+func (sc *shareCoordinator) initAssigned(group string, assignment []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition, now time.Time) {
+	for _, tp := range assignment {
+		t := sc.c.topicsByID[tp.TopicID]
+		if t == nil {
+			continue
+		}
+		for _, i := range tp.Partitions {
+			key := shareKey{group: group, topicID: t.id, partition: i}
+			if err := sc.initState(key, t.partitions[i], now); err != nil {
+				sc.c.logger.Warn("share state not initialized", "key", key.String(), "err", err)
+			}
+		}
+	}
+}
+
+// removeMember takes a member out of its group, releases every record it
+// holds and closes its share sessions. Its TX_PENDING records stay: their
+// transaction decides them.
+func (sc *shareCoordinator) removeMember(g *shareGroup, m *shareMember, why string, now time.Time) {
+	delete(g.members, m.id)
+	g.epoch++
+	sc.releaseMemberRecords(g.name, m.id, -1, nil, now)
+	for key := range sc.sessions {
+		if key.group == g.name && key.member == m.id {
+			delete(sc.sessions, key)
+		}
+	}
+	sc.c.logger.Info("share group member removed", "group", g.name, "member", m.id, "why", why, "group_epoch", g.epoch)
+}
+
+func (sc *shareCoordinator) fenceExpiredMembers(now time.Time) {
+	for _, g := range sc.groups {
+		timeout := sc.sessionTimeout(g.name)
+		for _, m := range g.members {
+			if now.Sub(m.lastSeen) > timeout {
+				sc.removeMember(g, m, "session timed out", now)
+			}
+		}
+	}
+}
+
+// checkMemberEpoch validates a member and epoch for a transactional
+// acknowledgement: the member must be in the group, and the epoch one this
+// incarnation of the member has held (from the epoch it joined at to its
+// current one; heartbeats move a member's epoch while a transaction is
+// open, so an epoch is not stale merely because a heartbeat moved it).
+func (sc *shareCoordinator) checkMemberEpoch(group, member string, epoch int32) (*kerr.Error, string) {
+	g := sc.groups[group]
+	if g == nil {
+		return kerr.UnknownMemberID, fmt.Sprintf("share group %q does not exist", group)
+	}
+	m := g.members[member]
+	if m == nil {
+		return kerr.UnknownMemberID, fmt.Sprintf("member %q is not in share group %q", member, group)
+	}
+	if epoch < m.joinEpoch || epoch > m.epoch {
+		return kerr.FencedMemberEpoch, fmt.Sprintf("member epoch %d is not in [%d, %d]", epoch, m.joinEpoch, m.epoch)
+	}
+	return nil, ""
+}
+
+// shareStateKeys returns every initialized share-partition of a group, as
+// the share coordinators know them.
+func (sc *shareCoordinator) shareStateKeys(group string) []shareKey {
+	var out []shareKey
+	for _, p := range sc.c.topics[wire.ShareGroupStateTopic].partitions {
+		sh, err := sc.states.lookup(p.leader, p.index)
+		if err != nil {
+			continue
+		}
+		for key := range sh.state.parts {
+			if key.group == group {
+				out = append(out, key)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].topicID != out[j].topicID {
+			return string(out[i].topicID[:]) < string(out[j].topicID[:])
+		}
+		return out[i].partition < out[j].partition
+	})
+	return out
+}
+
+// deleteShareGroup deletes an empty share group and its share state (a
+// tombstone per share-partition in __share_group_state; staged
+// acknowledgements of open transactions go with it). It returns
+// GROUP_ID_NOT_FOUND if no share group has that name and NON_EMPTY_GROUP
+// if it has members. The caller (DeleteGroups) checks that this node
+// coordinates the group.
+func (c *Cluster) deleteShareGroup(name string) *kerr.Error {
+	sc := c.coordinators.share
+	g := sc.groups[name]
+	if g == nil {
+		return kerr.GroupIDNotFound
+	}
+	if len(g.members) > 0 {
+		return kerr.NonEmptyGroup
+	}
+	now := time.Now()
+	for _, key := range sc.shareStateKeys(name) {
+		if err := sc.writeState(key, nil, -1, -1, now); err != nil {
+			return err
+		}
+	}
+	for key := range sc.live {
+		if key.group == name {
+			delete(sc.live, key)
+		}
+	}
+	delete(sc.groups, name)
+	c.logger.Info("share group deleted", "group", name)
+	return nil
+}
+
+// shareGroupStates returns every share group's name and state (Empty or
+// Stable), for ListGroups.
+func (c *Cluster) shareGroupStates() map[string]string {
+	out := make(map[string]string, len(c.coordinators.share.groups))
+	for name, g := range c.coordinators.share.groups {
+		out[name] = g.state()
+	}
+	return out
+}

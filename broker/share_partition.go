@@ -1,0 +1,547 @@
+package broker
+
+// The share-partition state machine, kept by the leader of each data
+// partition for every share group that reads it (KIP-932).
+//
+// The in-flight window is [start, end): offsets before start are done
+// (ACKNOWLEDGED or ARCHIVED), offsets from end on have never been handed
+// out. Inside the window every offset has a state:
+//
+//	AVAILABLE     may be acquired; delivery count < the delivery limit
+//	ACQUIRED      held by one member until its lock deadline
+//	ACKNOWLEDGED  accepted; never delivered again
+//	ARCHIVED      rejected, past the delivery limit, or not a deliverable
+//	              record (control records, records of aborted transactions)
+//	TX_PENDING    acknowledgement staged in a transaction (KIP-1289): no
+//	              lock, cannot be acquired, acknowledged or staged again,
+//	              until a marker on the __share_group_state partition
+//	              resolves it
+//
+// Transitions (limit = share.delivery.count.limit):
+//
+//	AVAILABLE -> ACQUIRED                       ShareFetch; delivery count + 1
+//	ACQUIRED  -> ACKNOWLEDGED                   ACCEPT
+//	ACQUIRED  -> ARCHIVED                       REJECT, GAP
+//	ACQUIRED  -> AVAILABLE | ARCHIVED (limit)   RELEASE, lock expiry, the
+//	                                            member leaving or fenced, its
+//	                                            share session closing
+//	ACQUIRED  -> ACQUIRED                       RENEW: a new lock deadline
+//	ACQUIRED  -> TX_PENDING                     TxnShareAcknowledge
+//	TX_PENDING -> ACKNOWLEDGED | ARCHIVED | AVAILABLE (limit)
+//	                                            COMMIT of ACCEPT | REJECT | RELEASE
+//	TX_PENDING -> AVAILABLE | ARCHIVED (limit)  ABORT; the delivery count stays
+//
+// "(limit)" means a record whose delivery count has reached the limit is
+// ARCHIVED instead of AVAILABLE, so a record whose transactions keep
+// aborting is archived after `limit` deliveries. Share groups read
+// committed: the window only grows up to the partition's last stable
+// offset.
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+type shareRecordState uint8
+
+const (
+	shareAvailable shareRecordState = iota
+	shareAcquired
+	shareAcknowledged
+	shareArchived
+	shareTxPending
+)
+
+var shareRecordStateNames = [...]string{"AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVED", "TX_PENDING"}
+
+func (s shareRecordState) String() string {
+	if int(s) < len(shareRecordStateNames) {
+		return shareRecordStateNames[s]
+	}
+	return fmt.Sprintf("shareRecordState(%d)", uint8(s))
+}
+
+// shareRecord is one offset of the in-flight window.
+type shareRecord struct {
+	state      shareRecordState
+	deliveries int16
+	member     string       // ACQUIRED: the holder
+	deadline   time.Time    // ACQUIRED: the lock deadline
+	pid        int64        // TX_PENDING: the staging producer
+	ack        wire.AckType // TX_PENDING: what commits
+}
+
+// persisted is the form of r written to __share_group_state.
+func (r *shareRecord) persisted() persistedRecord {
+	switch r.state {
+	case shareAcknowledged:
+		return persistedRecord{state: persistAcknowledged, deliveries: r.deliveries}
+	case shareArchived:
+		return persistedRecord{state: persistArchived, deliveries: r.deliveries}
+	}
+	return persistedRecord{state: persistAvailable, deliveries: r.deliveries}
+}
+
+// sharePartition is the live state of one share-partition at the leader of
+// its data partition. It is valid only while that node leads the partition
+// at the epoch it was loaded in.
+type sharePartition struct {
+	key        shareKey
+	p          *partition
+	leader     int32
+	epoch      int32
+	stateEpoch int32
+
+	start int64
+	recs  []shareRecord // offsets start .. start+len(recs)-1
+
+	acquired     int // records ACQUIRED
+	available    int // records AVAILABLE
+	nextDeadline time.Time
+
+	// Offsets changed since the last write to __share_group_state.
+	dirtyLo, dirtyHi int64
+	persistedStart   int64
+}
+
+func (sp *sharePartition) end() int64 { return sp.start + int64(len(sp.recs)) }
+
+func (sp *sharePartition) current() bool {
+	return !sp.p.deleted && sp.p.leader == sp.leader && sp.p.leaderEpoch == sp.epoch
+}
+
+func (sp *sharePartition) markDirty(off int64) {
+	if sp.dirtyLo > sp.dirtyHi {
+		sp.dirtyLo, sp.dirtyHi = off, off
+		return
+	}
+	sp.dirtyLo = min(sp.dirtyLo, off)
+	sp.dirtyHi = max(sp.dirtyHi, off)
+}
+
+// set replaces the record at off, keeping the counters right.
+func (sp *sharePartition) set(off int64, r shareRecord) {
+	i := off - sp.start
+	old := sp.recs[i]
+	switch old.state {
+	case shareAcquired:
+		sp.acquired--
+	case shareAvailable:
+		sp.available--
+	}
+	switch r.state {
+	case shareAcquired:
+		sp.acquired++
+		if sp.nextDeadline.IsZero() || r.deadline.Before(sp.nextDeadline) {
+			sp.nextDeadline = r.deadline
+		}
+	case shareAvailable:
+		sp.available++
+	}
+	if old.persisted() != r.persisted() {
+		sp.markDirty(off)
+	}
+	sp.recs[i] = r
+}
+
+// grow appends a record at end.
+func (sp *sharePartition) grow(r shareRecord) {
+	off := sp.end()
+	sp.recs = append(sp.recs, shareRecord{state: shareArchived})
+	sp.set(off, r)
+	sp.markDirty(off)
+}
+
+// release returns a record to AVAILABLE, or ARCHIVED once it has been
+// delivered limit times.
+func (sp *sharePartition) release(off int64, deliveries int16, limit int32) {
+	if int32(deliveries) >= limit {
+		sp.set(off, shareRecord{state: shareArchived, deliveries: deliveries})
+		return
+	}
+	sp.set(off, shareRecord{state: shareAvailable, deliveries: deliveries})
+}
+
+// advance moves the start offset past the done records at its head.
+func (sp *sharePartition) advance() {
+	n := 0
+	for n < len(sp.recs) && (sp.recs[n].state == shareAcknowledged || sp.recs[n].state == shareArchived) {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	sp.recs = sp.recs[n:]
+	sp.start += int64(n)
+	if len(sp.recs) == 0 {
+		sp.recs = nil // let the old array go
+	}
+}
+
+// takeUpdate returns the update record for the changes since the last one,
+// or nil when nothing persisted changed.
+func (sp *sharePartition) takeUpdate() *shareStateValue {
+	if sp.dirtyLo > sp.dirtyHi && sp.start == sp.persistedStart {
+		return nil
+	}
+	v := &shareStateValue{Kind: shareKindUpdate, StateEpoch: sp.stateEpoch, StartOffset: sp.start}
+	lo, hi := max(sp.dirtyLo, sp.start), min(sp.dirtyHi, sp.end()-1)
+	for o := lo; o <= hi && sp.dirtyLo <= sp.dirtyHi; o++ {
+		r := sp.recs[o-sp.start].persisted()
+		if n := len(v.Batches); n > 0 && v.Batches[n-1].State == r.state && v.Batches[n-1].Deliveries == r.deliveries {
+			v.Batches[n-1].Last = o
+			continue
+		}
+		v.Batches = append(v.Batches, shareStateBatch{First: o, Last: o, State: r.state, Deliveries: r.deliveries})
+	}
+	sp.dirtyLo, sp.dirtyHi = 1, 0
+	sp.persistedStart = sp.start
+	return v
+}
+
+// newLiveSharePartition builds the live state from the persisted state and
+// the pending staged acknowledgements: what was ACQUIRED when leadership
+// moved comes back AVAILABLE (with the delivery counted), TX_PENDING stays
+// pending.
+func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pending map[int64][]shareStagedBatch, limit int32) *sharePartition {
+	sp := &sharePartition{
+		key:            key,
+		p:              p,
+		leader:         p.leader,
+		epoch:          p.leaderEpoch,
+		stateEpoch:     ps.stateEpoch,
+		start:          ps.start,
+		dirtyLo:        1,
+		persistedStart: ps.start,
+	}
+	last := ps.last()
+	for _, batches := range pending {
+		for _, b := range batches {
+			last = max(last, b.Last)
+		}
+	}
+	sp.recs = make([]shareRecord, last-sp.start+1)
+	sp.available = len(sp.recs)
+	for o, r := range ps.recs {
+		switch r.state {
+		case persistAcknowledged:
+			sp.recs[o-sp.start] = shareRecord{state: shareAcknowledged, deliveries: r.deliveries}
+			sp.available--
+		case persistArchived:
+			sp.recs[o-sp.start] = shareRecord{state: shareArchived, deliveries: r.deliveries}
+			sp.available--
+		default:
+			sp.recs[o-sp.start].deliveries = r.deliveries
+		}
+	}
+	for pid, batches := range pending {
+		for _, b := range batches {
+			for o := max(b.First, sp.start); o <= b.Last; o++ {
+				if sp.recs[o-sp.start].state == shareAvailable {
+					sp.available--
+				}
+				sp.recs[o-sp.start] = shareRecord{state: shareTxPending, deliveries: b.Deliveries, pid: pid, ack: b.Ack}
+			}
+		}
+	}
+	for i := range sp.recs {
+		if r := sp.recs[i]; r.state == shareAvailable && int32(r.deliveries) >= limit {
+			sp.set(sp.start+int64(i), shareRecord{state: shareArchived, deliveries: r.deliveries})
+		}
+	}
+	sp.advance()
+	return sp
+}
+
+// acquireLimits bounds one acquisition.
+type acquireLimits struct {
+	maxRecords int
+	maxBytes   int
+	lock       time.Duration
+	limit      int32
+}
+
+// acquire hands up to maxRecords AVAILABLE records to member: first those
+// already in the window, lowest offset first, then new records up to the
+// last stable offset. It returns the acquired ranges (consecutive offsets
+// with one delivery count) and the stored batches that hold them.
+func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Time) ([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, []*storedBatch) {
+	deadline := now.Add(lim.lock)
+	var acquired []int64
+	take := func(off int64, deliveries int16) {
+		sp.set(off, shareRecord{state: shareAcquired, deliveries: deliveries + 1, member: member, deadline: deadline})
+		acquired = append(acquired, off)
+	}
+	for i := 0; i < len(sp.recs) && sp.available > 0 && len(acquired) < lim.maxRecords; i++ {
+		r := sp.recs[i]
+		if r.state != shareAvailable {
+			continue
+		}
+		off := sp.start + int64(i)
+		if int32(r.deliveries) >= lim.limit {
+			sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
+			continue
+		}
+		take(off, r.deliveries)
+	}
+	sp.extend(lim, len(acquired), take)
+	sp.advance()
+	if len(acquired) == 0 {
+		return nil, nil
+	}
+	return sp.ranges(acquired), sp.batchesHolding(acquired)
+}
+
+// extend grows the window over new records up to the last stable offset,
+// archiving control records and records of aborted transactions and
+// handing the rest to take until maxRecords are taken or maxBytes of
+// batches are used.
+func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int64, deliveries int16)) {
+	p := sp.p
+	upTo := p.lastStableOffset()
+	if sp.end() < p.logStart && len(sp.recs) == 0 {
+		sp.start = p.logStart
+	}
+	if sp.end() >= upTo || taken >= lim.maxRecords {
+		return
+	}
+	aborted := p.abortedIn(sp.end(), upTo)
+	bytes := 0
+	for i := p.batchIndex(sp.end()); i < len(p.batches) && taken < lim.maxRecords; i++ {
+		b := p.batches[i]
+		if b.base >= upTo || (taken > 0 && bytes+len(b.raw) > lim.maxBytes) {
+			return
+		}
+		bytes += len(b.raw)
+		skip := b.control || (b.txn && batchAborted(b, aborted))
+		for off := max(b.base, sp.end()); off <= b.last && taken < lim.maxRecords; off++ {
+			if skip {
+				sp.grow(shareRecord{state: shareArchived})
+				continue
+			}
+			sp.grow(shareRecord{state: shareAvailable})
+			take(off, 0)
+			taken++
+		}
+	}
+}
+
+// batchAborted reports whether a transactional batch belongs to one of the
+// aborted transactions.
+func batchAborted(b *storedBatch, aborted []abortedTxn) bool {
+	for _, a := range aborted {
+		if a.pid == b.pid && a.first <= b.base && b.last <= a.last {
+			return true
+		}
+	}
+	return false
+}
+
+// ranges groups sorted acquired offsets into runs of consecutive offsets
+// with one delivery count.
+func (sp *sharePartition) ranges(offsets []int64) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
+	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
+	var out []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord
+	for _, o := range offsets {
+		d := sp.recs[o-sp.start].deliveries
+		if n := len(out); n > 0 && out[n-1].LastOffset == o-1 && out[n-1].DeliveryCount == d {
+			out[n-1].LastOffset = o
+			continue
+		}
+		ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
+		ar.FirstOffset, ar.LastOffset, ar.DeliveryCount = o, o, d
+		out = append(out, ar)
+	}
+	return out
+}
+
+// batchesHolding returns the stored batches that hold the sorted offsets.
+func (sp *sharePartition) batchesHolding(offsets []int64) []*storedBatch {
+	var out []*storedBatch
+	for _, o := range offsets {
+		if n := len(out); n > 0 && out[n-1].last >= o {
+			continue
+		}
+		i := sp.p.batchIndex(o)
+		if i < len(sp.p.batches) && sp.p.batches[i].base <= o {
+			out = append(out, sp.p.batches[i])
+		}
+	}
+	return out
+}
+
+// shareAck is one acknowledged offset range with one type per offset (or
+// one for the whole range).
+type shareAck struct {
+	first, last int64
+	types       []wire.AckType
+}
+
+func (a shareAck) typeAt(off int64) wire.AckType {
+	if len(a.types) == 1 {
+		return a.types[0]
+	}
+	return a.types[off-a.first]
+}
+
+// checkHeld reports, for acknowledging or staging, whether every offset of
+// acks is ACQUIRED by member with its lock unexpired.
+func (sp *sharePartition) checkHeld(member string, acks []shareAck, now time.Time) (*kerr.Error, string) {
+	for _, a := range acks {
+		if a.first < sp.start || a.last >= sp.end() {
+			return kerr.InvalidRecordState, fmt.Sprintf("offsets %d-%d are outside the in-flight window %d-%d", a.first, a.last, sp.start, sp.end()-1)
+		}
+		for off := a.first; off <= a.last; off++ {
+			r := &sp.recs[off-sp.start]
+			switch {
+			case r.state != shareAcquired:
+				return kerr.InvalidRecordState, fmt.Sprintf("offset %d is %s, not ACQUIRED", off, r.state)
+			case r.member != member:
+				return kerr.InvalidRecordState, fmt.Sprintf("offset %d is acquired by another member", off)
+			case !now.Before(r.deadline):
+				return kerr.InvalidRecordState, fmt.Sprintf("the acquisition lock of offset %d has expired", off)
+			}
+		}
+	}
+	return nil, ""
+}
+
+// acknowledge applies acknowledgements of member's records, all or none:
+// any offset not ACQUIRED by member under an unexpired lock fails the
+// whole partition with INVALID_RECORD_STATE.
+func (sp *sharePartition) acknowledge(member string, acks []shareAck, lock time.Duration, limit int32, now time.Time) (*kerr.Error, string) {
+	if err, msg := sp.checkHeld(member, acks, now); err != nil {
+		return err, msg
+	}
+	for _, a := range acks {
+		for off := a.first; off <= a.last; off++ {
+			r := sp.recs[off-sp.start]
+			switch a.typeAt(off) {
+			case wire.AckAccept:
+				sp.set(off, shareRecord{state: shareAcknowledged, deliveries: r.deliveries})
+			case wire.AckRelease:
+				sp.release(off, r.deliveries, limit)
+			case wire.AckReject, wire.AckGap:
+				sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
+			case wire.AckRenew:
+				r.deadline = now.Add(lock)
+				sp.set(off, r)
+			}
+		}
+	}
+	sp.advance()
+	return nil, ""
+}
+
+// stage marks acknowledged records TX_PENDING for producer pid; the caller
+// has checked them with checkHeld and written the staged record.
+func (sp *sharePartition) stage(acks []shareAck, pid int64) {
+	for _, a := range acks {
+		for off := a.first; off <= a.last; off++ {
+			r := sp.recs[off-sp.start]
+			sp.set(off, shareRecord{state: shareTxPending, deliveries: r.deliveries, pid: pid, ack: a.typeAt(off)})
+		}
+	}
+}
+
+// staged lists the staged batches of acks: runs of one type and one
+// delivery count.
+func (sp *sharePartition) staged(acks []shareAck) []shareStagedBatch {
+	var out []shareStagedBatch
+	for _, a := range acks {
+		for off := a.first; off <= a.last; off++ {
+			t, d := a.typeAt(off), sp.recs[off-sp.start].deliveries
+			if n := len(out); n > 0 && out[n-1].Last == off-1 && out[n-1].Ack == t && out[n-1].Deliveries == d {
+				out[n-1].Last = off
+				continue
+			}
+			out = append(out, shareStagedBatch{First: off, Last: off, Ack: t, Deliveries: d})
+		}
+	}
+	return out
+}
+
+// resolve applies a transaction outcome to the records pid staged.
+func (sp *sharePartition) resolve(pid int64, commit bool, limit int32) int {
+	n := 0
+	for i := range sp.recs {
+		r := sp.recs[i]
+		if r.state != shareTxPending || r.pid != pid {
+			continue
+		}
+		off := sp.start + int64(i)
+		n++
+		switch {
+		case commit && r.ack == wire.AckAccept:
+			sp.set(off, shareRecord{state: shareAcknowledged, deliveries: r.deliveries})
+		case commit && r.ack == wire.AckReject:
+			sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
+		default:
+			sp.release(off, r.deliveries, limit)
+		}
+	}
+	sp.advance()
+	return n
+}
+
+// expire releases records whose lock deadline has passed.
+func (sp *sharePartition) expire(now time.Time, limit int32) int {
+	if sp.acquired == 0 || now.Before(sp.nextDeadline) {
+		return 0
+	}
+	n := 0
+	sp.nextDeadline = time.Time{}
+	for i := range sp.recs {
+		r := sp.recs[i]
+		if r.state != shareAcquired {
+			continue
+		}
+		if now.Before(r.deadline) {
+			if sp.nextDeadline.IsZero() || r.deadline.Before(sp.nextDeadline) {
+				sp.nextDeadline = r.deadline
+			}
+			continue
+		}
+		sp.release(sp.start+int64(i), r.deliveries, limit)
+		n++
+	}
+	sp.advance()
+	return n
+}
+
+// releaseMember releases every record member holds (it left, was fenced,
+// or closed its share session).
+func (sp *sharePartition) releaseMember(member string, limit int32) int {
+	if sp.acquired == 0 {
+		return 0
+	}
+	n := 0
+	for i := range sp.recs {
+		if r := sp.recs[i]; r.state == shareAcquired && r.member == member {
+			sp.release(sp.start+int64(i), r.deliveries, limit)
+			n++
+		}
+	}
+	sp.advance()
+	return n
+}
+
+// hasWork reports whether an acquisition could find a record now.
+func (sp *sharePartition) hasWork() bool {
+	return sp.available > 0 || sp.end() < sp.p.lastStableOffset()
+}
+
+// counts returns how many records of the window are in each state.
+func (sp *sharePartition) counts() map[shareRecordState]int {
+	out := make(map[shareRecordState]int)
+	for _, r := range sp.recs {
+		out[r.state]++
+	}
+	return out
+}

@@ -1,0 +1,228 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// shareTestLog returns a partition holding n plain records, one per batch.
+func shareTestLog(n int) *partition {
+	t := &topic{name: "t", id: [16]byte{1}}
+	p := newPartition(t, 0, 0)
+	t.partitions = []*partition{p}
+	for i := 0; i < n; i++ {
+		p.appendInternal([]kv{{value: []byte{byte(i)}}}, -1, -1, time.Now())
+	}
+	return p
+}
+
+func shareTestPartition(p *partition) *sharePartition {
+	ps := &sharePersisted{stateEpoch: 1, recs: map[int64]persistedRecord{}}
+	return newLiveSharePartition(shareKey{group: "g", topicID: p.topic.id}, p, ps, nil, 3)
+}
+
+func shareLimits(n int) acquireLimits {
+	return acquireLimits{maxRecords: n, maxBytes: 1 << 20, lock: time.Minute, limit: 3}
+}
+
+func acquiredOffsets(sp *sharePartition, member string, n int, now time.Time) map[int64]int16 {
+	ranges, _ := sp.acquire(member, shareLimits(n), now)
+	out := map[int64]int16{}
+	for _, r := range ranges {
+		for o := r.FirstOffset; o <= r.LastOffset; o++ {
+			out[o] = r.DeliveryCount
+		}
+	}
+	return out
+}
+
+func ack(first, last int64, t wire.AckType) shareAck {
+	return shareAck{first: first, last: last, types: []wire.AckType{t}}
+}
+
+func TestSharePartitionAcquireAcknowledge(t *testing.T) {
+	p := shareTestLog(10)
+	sp := shareTestPartition(p)
+	now := time.Now()
+
+	got, batches := sp.acquire("m1", shareLimits(4), now)
+	require.Len(t, got, 1)
+	require.Equal(t, int64(0), got[0].FirstOffset)
+	require.Equal(t, int64(3), got[0].LastOffset)
+	require.Equal(t, int16(1), got[0].DeliveryCount)
+	require.Len(t, batches, 4, "the stored batches holding offsets 0-3")
+
+	err, _ := sp.acknowledge("m1", []shareAck{ack(0, 1, wire.AckAccept), ack(2, 2, wire.AckRelease), ack(3, 3, wire.AckReject)}, time.Minute, 3, now)
+	require.Nil(t, err)
+	require.Equal(t, int64(2), sp.start, "the start offset moves past the accepted prefix only")
+
+	again := acquiredOffsets(sp, "m2", 3, now)
+	require.Equal(t, map[int64]int16{2: 2, 4: 1, 5: 1}, again, "the released record comes back first, its delivery count raised; the rejected one never")
+}
+
+func TestSharePartitionAcknowledgeIsAllOrNothing(t *testing.T) {
+	sp := shareTestPartition(shareTestLog(6))
+	now := time.Now()
+	acquiredOffsets(sp, "m1", 3, now)
+	acquiredOffsets(sp, "m2", 3, now)
+
+	err, msg := sp.acknowledge("m1", []shareAck{ack(0, 1, wire.AckAccept), ack(2, 3, wire.AckAccept)}, time.Minute, 3, now)
+	require.Equal(t, kerr.InvalidRecordState, err)
+	require.Contains(t, msg, "another member")
+	require.Equal(t, map[shareRecordState]int{shareAcquired: 6}, sp.counts(), "nothing of the partition was applied")
+
+	err, _ = sp.acknowledge("m1", []shareAck{ack(0, 0, wire.AckAccept)}, time.Minute, 3, now.Add(2*time.Minute))
+	require.Equal(t, kerr.InvalidRecordState, err, "an expired lock cannot be acknowledged")
+	err, _ = sp.acknowledge("m1", []shareAck{ack(7, 7, wire.AckAccept)}, time.Minute, 3, now)
+	require.Equal(t, kerr.InvalidRecordState, err, "offsets past the window were never acquired")
+}
+
+func TestSharePartitionDeliveryLimitArchives(t *testing.T) {
+	sp := shareTestPartition(shareTestLog(2))
+	now := time.Now()
+	for delivery := int16(1); delivery <= 3; delivery++ {
+		got := acquiredOffsets(sp, "m", 1, now)
+		require.Equal(t, map[int64]int16{0: delivery}, got)
+		err, _ := sp.acknowledge("m", []shareAck{ack(0, 0, wire.AckRelease)}, time.Minute, 3, now)
+		require.Nil(t, err)
+	}
+	require.Equal(t, int64(1), sp.start, "released a third time with limit 3: archived")
+	require.Equal(t, map[int64]int16{1: 1}, acquiredOffsets(sp, "m", 5, now))
+}
+
+func TestSharePartitionLockExpiry(t *testing.T) {
+	sp := shareTestPartition(shareTestLog(3))
+	now := time.Now()
+	lim := shareLimits(3)
+	lim.lock = time.Second
+	sp.acquire("m1", lim, now)
+	require.Zero(t, sp.expire(now.Add(500*time.Millisecond), 3))
+	require.Equal(t, 3, sp.expire(now.Add(time.Second), 3))
+	require.Equal(t, map[int64]int16{0: 2, 1: 2, 2: 2}, acquiredOffsets(sp, "m2", 5, now))
+	require.Equal(t, 3, sp.releaseMember("m2", 3))
+	require.Equal(t, 3, sp.counts()[shareAvailable])
+}
+
+func TestSharePartitionReadsCommitted(t *testing.T) {
+	p := shareTestLog(2) // offsets 0, 1
+	now := time.Now()
+	// An aborted transaction (2, marker 3), a committed one (4, marker 5),
+	// then an open one (6) that holds back the last stable offset.
+	p.appendInternal([]kv{{value: []byte("aborted")}}, 7, 0, now)
+	_, _, err := p.appendMarker(markerCheck{pid: 7, epoch: 1, strict: true}, now)
+	require.Nil(t, err)
+	p.appendInternal([]kv{{value: []byte("committed")}}, 8, 0, now)
+	_, _, err = p.appendMarker(markerCheck{pid: 8, epoch: 1, commit: true, strict: true}, now)
+	require.Nil(t, err)
+	p.appendInternal([]kv{{value: []byte("open")}}, 9, 0, now)
+	p.appendInternal([]kv{{value: []byte("after")}}, -1, -1, now)
+
+	sp := shareTestPartition(p)
+	require.Equal(t, map[int64]int16{0: 1, 1: 1, 4: 1}, acquiredOffsets(sp, "m", 100, now))
+	require.Equal(t, int64(6), sp.end(), "nothing at or past the open transaction")
+	_, _, err = p.appendMarker(markerCheck{pid: 9, epoch: 1, commit: true, strict: true}, now)
+	require.Nil(t, err)
+	require.Equal(t, map[int64]int16{6: 1, 7: 1}, acquiredOffsets(sp, "m", 100, now))
+}
+
+func TestSharePartitionStagedRecords(t *testing.T) {
+	sp := shareTestPartition(shareTestLog(6))
+	now := time.Now()
+	acquiredOffsets(sp, "m", 6, now)
+	staged := []shareAck{ack(0, 1, wire.AckAccept), ack(2, 2, wire.AckReject), ack(3, 3, wire.AckRelease)}
+	err, _ := sp.checkHeld("m", staged, now)
+	require.Nil(t, err)
+	require.Equal(t, []shareStagedBatch{
+		{First: 0, Last: 1, Ack: wire.AckAccept, Deliveries: 1},
+		{First: 2, Last: 2, Ack: wire.AckReject, Deliveries: 1},
+		{First: 3, Last: 3, Ack: wire.AckRelease, Deliveries: 1},
+	}, sp.staged(staged))
+	sp.stage(staged, 42)
+	sp.stage([]shareAck{ack(4, 5, wire.AckAccept)}, 43)
+
+	err, _ = sp.acknowledge("m", []shareAck{ack(0, 0, wire.AckAccept)}, time.Minute, 3, now)
+	require.Equal(t, kerr.InvalidRecordState, err, "TX_PENDING cannot be acknowledged")
+	err, _ = sp.checkHeld("m", []shareAck{ack(0, 0, wire.AckAccept)}, now)
+	require.Equal(t, kerr.InvalidRecordState, err, "TX_PENDING cannot be staged again")
+	require.Zero(t, sp.expire(now.Add(time.Hour), 3), "TX_PENDING has no lock")
+	require.Zero(t, sp.releaseMember("m", 3), "TX_PENDING outlives its member")
+	require.Empty(t, acquiredOffsets(sp, "other", 10, now), "TX_PENDING cannot be acquired")
+
+	require.Equal(t, 4, sp.resolve(42, true, 3))
+	require.Equal(t, int64(3), sp.start, "accepted and rejected are done")
+	require.Equal(t, 2, sp.resolve(43, false, 3))
+	require.Equal(t, map[int64]int16{3: 2, 4: 2, 5: 2}, acquiredOffsets(sp, "m", 10, now),
+		"released on commit and aborted records are available at once with their delivery count")
+}
+
+// TestSharePartitionPersistedRebuild writes every change of a live
+// share-partition as the coordinator would and checks a rebuild from the
+// persisted state: done records stay done, acquired ones come back
+// AVAILABLE with the delivery counted, staged ones stay TX_PENDING.
+func TestSharePartitionPersistedRebuild(t *testing.T) {
+	p := shareTestLog(8)
+	key := shareKey{group: "g", topicID: p.topic.id}
+	st := newShareStateShard()
+	require.NoError(t, st.apply(key, &shareStateValue{Kind: shareKindSnapshot, StateEpoch: 1}, -1, -1))
+	sp := newLiveSharePartition(key, p, st.parts[key], nil, 3)
+	persist := func() {
+		if v := sp.takeUpdate(); v != nil {
+			require.NoError(t, st.apply(key, v, -1, -1))
+		}
+	}
+	now := time.Now()
+	acquiredOffsets(sp, "m", 8, now)
+	persist()
+	err, _ := sp.acknowledge("m", []shareAck{ack(0, 1, wire.AckAccept), ack(3, 3, wire.AckReject)}, time.Minute, 3, now)
+	require.Nil(t, err)
+	persist()
+	stage := []shareAck{ack(4, 5, wire.AckAccept)}
+	require.NoError(t, st.apply(key, &shareStateValue{Kind: shareKindStaged, StateEpoch: 1, Staged: sp.staged(stage)}, 77, 0))
+	sp.stage(stage, 77)
+
+	rebuilt := newLiveSharePartition(key, p, st.parts[key], st.pendingFor(key), 3)
+	require.Equal(t, int64(2), rebuilt.start)
+	require.Equal(t, []shareRecordState{shareAvailable, shareArchived, shareTxPending, shareTxPending, shareAvailable, shareAvailable},
+		recordStates(rebuilt))
+	require.Equal(t, map[int64]int16{2: 2, 6: 2, 7: 2}, acquiredOffsets(rebuilt, "m2", 10, now))
+
+	require.Equal(t, []shareKey{key}, st.resolve(77, true))
+	require.Equal(t, 2, rebuilt.resolve(77, true, 3))
+	again := newLiveSharePartition(key, p, st.parts[key], st.pendingFor(key), 3)
+	require.Equal(t, int64(2), again.start)
+	require.Equal(t, []shareRecordState{shareAvailable, shareArchived, shareAcknowledged, shareAcknowledged, shareAvailable, shareAvailable},
+		recordStates(again))
+}
+
+func recordStates(sp *sharePartition) []shareRecordState {
+	out := make([]shareRecordState, len(sp.recs))
+	for i, r := range sp.recs {
+		out[i] = r.state
+	}
+	return out
+}
+
+func TestParseShareAcks(t *testing.T) {
+	plain := plainAckTypes(false)
+	_, err := parseShareAcks([]shareAckBatch{{first: 3, last: 1, types: []int8{1}}}, plain)
+	require.Error(t, err)
+	_, err = parseShareAcks([]shareAckBatch{{first: 0, last: 3, types: []int8{1, 2}}}, plain)
+	require.Error(t, err, "types must be one or one per offset")
+	_, err = parseShareAcks([]shareAckBatch{{first: 0, last: 3, types: []int8{1}}, {first: 3, last: 4, types: []int8{1}}}, plain)
+	require.Error(t, err, "overlapping batches")
+	_, err = parseShareAcks([]shareAckBatch{{first: 0, last: 0, types: []int8{4}}}, plain)
+	require.Error(t, err, "RENEW needs IsRenewAck")
+	_, err = parseShareAcks([]shareAckBatch{{first: 0, last: 0, types: []int8{4}}}, plainAckTypes(true))
+	require.NoError(t, err)
+	_, err = parseShareAcks([]shareAckBatch{{first: 0, last: 0, types: []int8{0}}}, wire.AckType.Transactional)
+	require.Error(t, err, "GAP cannot be staged")
+	acks, err := parseShareAcks([]shareAckBatch{{first: 5, last: 6, types: []int8{1, 3}}, {first: 0, last: 1, types: []int8{2}}}, plain)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), acks[0].first, "sorted")
+	require.Equal(t, wire.AckReject, acks[1].typeAt(6))
+}

@@ -1,0 +1,391 @@
+package broker
+
+// The share coordinator: the persisted state of share-partitions in
+// __share_group_state.
+//
+// Each node serves the __share_group_state partitions it leads (shards);
+// the state of a partition is the replay of its log. A share-partition (a
+// group's view of one data partition) lives in the partition
+// CoordinatorPartition(2, "group:topicId:partition"). Every record has
+//
+//	key   = JSON {"group":"g","topicId":"<base64url topic id>","partition":0}
+//	value = JSON shareStateValue, or null (a tombstone: the group was deleted)
+//
+// with value kinds:
+//
+//	{"kind":"snapshot","stateEpoch":1,"startOffset":10,"batches":[...]}
+//	    the whole state: replaces what was there. Written when a
+//	    share-partition is initialized and every shareSnapshotEvery updates.
+//	{"kind":"update","stateEpoch":1,"startOffset":12,"batches":[...]}
+//	    a delta: the start offset moves forward, the listed offsets take the
+//	    listed states. Ignored unless stateEpoch matches the current state.
+//	{"kind":"staged","stateEpoch":1,"staged":[{"first":5,"last":7,"ack":1,"deliveries":2}]}
+//	    transactional acknowledgements (KIP-1289), written in a
+//	    transactional batch with the producer's id and epoch. They stay
+//	    pending until a control record of that producer follows: COMMIT
+//	    applies them (ACCEPT -> ACKNOWLEDGED, REJECT -> ARCHIVED, RELEASE ->
+//	    AVAILABLE), ABORT makes them AVAILABLE. Either way the delivery
+//	    count is the one staged.
+//
+// A batch is {"first":a,"last":b,"state":s,"deliveries":n}; s is Kafka's
+// RecordState number (0 AVAILABLE, 2 ACKNOWLEDGED, 4 ARCHIVED). An offset at
+// or after startOffset that no batch names is AVAILABLE with no deliveries.
+// ACQUIRED records are persisted as AVAILABLE with their delivery count
+// (acquisitions are written, so a new leader counts the delivery in flight
+// when leadership moved); TX_PENDING records are persisted the same way, and
+// their staged acknowledgement sits in the pending transactional record.
+//
+// The data partition's leader owns the live state (share_partition.go) and
+// writes every change here through persistShare; the live path and replay
+// apply records with the same functions, so a new leader of a
+// __share_group_state partition rebuilds exactly the state the old one had.
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// shareKey identifies one share-partition.
+type shareKey struct {
+	group     string
+	topicID   [16]byte
+	partition int32
+}
+
+func (k shareKey) String() string { return shareStateKey(k.group, k.topicID, k.partition) }
+
+// Persisted record states, numbered as Kafka's RecordState.
+const (
+	persistAvailable    int8 = 0
+	persistAcknowledged int8 = 2
+	persistArchived     int8 = 4
+)
+
+// Kinds of shareStateValue.
+const (
+	shareKindSnapshot = "snapshot"
+	shareKindUpdate   = "update"
+	shareKindStaged   = "staged"
+)
+
+// shareSnapshotEvery bounds how many updates follow a snapshot of one
+// share-partition before the next snapshot is written.
+const shareSnapshotEvery = 64
+
+type shareStateBatch struct {
+	First      int64 `json:"first"`
+	Last       int64 `json:"last"`
+	State      int8  `json:"state"`
+	Deliveries int16 `json:"deliveries"`
+}
+
+type shareStagedBatch struct {
+	First      int64        `json:"first"`
+	Last       int64        `json:"last"`
+	Ack        wire.AckType `json:"ack"`
+	Deliveries int16        `json:"deliveries"`
+}
+
+type shareStateRecordKey struct {
+	Group     string `json:"group"`
+	TopicID   string `json:"topicId"`
+	Partition int32  `json:"partition"`
+}
+
+type shareStateValue struct {
+	Kind        string             `json:"kind"`
+	StateEpoch  int32              `json:"stateEpoch"`
+	StartOffset int64              `json:"startOffset,omitempty"`
+	Batches     []shareStateBatch  `json:"batches,omitempty"`
+	Staged      []shareStagedBatch `json:"staged,omitempty"`
+}
+
+func encodeShareStateKey(k shareKey) []byte {
+	b, _ := json.Marshal(shareStateRecordKey{Group: k.group, TopicID: uuidString(k.topicID), Partition: k.partition}) // plain strings and ints always marshal
+	return b
+}
+
+func decodeShareStateKey(raw []byte) (shareKey, error) {
+	var rk shareStateRecordKey
+	if err := json.Unmarshal(raw, &rk); err != nil {
+		return shareKey{}, fmt.Errorf("share state key: %w", err)
+	}
+	id, err := base64.RawURLEncoding.DecodeString(rk.TopicID)
+	if err != nil || len(id) != 16 {
+		return shareKey{}, fmt.Errorf("share state key: bad topic id %q", rk.TopicID)
+	}
+	return shareKey{group: rk.Group, topicID: [16]byte(id), partition: rk.Partition}, nil
+}
+
+func encodeShareStateValue(v *shareStateValue) []byte {
+	if v == nil {
+		return nil
+	}
+	b, _ := json.Marshal(v) // only ints, strings and slices of them
+	return b
+}
+
+// decodeShareStateValue returns nil for a tombstone.
+func decodeShareStateValue(raw []byte) (*shareStateValue, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	v := new(shareStateValue)
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("share state value: %w", err)
+	}
+	switch v.Kind {
+	case shareKindSnapshot, shareKindUpdate, shareKindStaged:
+		return v, nil
+	}
+	return nil, fmt.Errorf("share state value: unknown kind %q", v.Kind)
+}
+
+// persistedRecord is one offset's persisted state.
+type persistedRecord struct {
+	state      int8
+	deliveries int16
+}
+
+// sharePersisted is the persisted state of one share-partition.
+type sharePersisted struct {
+	stateEpoch int32
+	start      int64
+	recs       map[int64]persistedRecord
+	updates    int // since the last snapshot
+}
+
+// advance moves the start offset past the ACKNOWLEDGED and ARCHIVED
+// offsets at its head and forgets what lies before it.
+func (sp *sharePersisted) advance() {
+	for {
+		r, ok := sp.recs[sp.start]
+		if !ok || (r.state != persistAcknowledged && r.state != persistArchived) {
+			return
+		}
+		delete(sp.recs, sp.start)
+		sp.start++
+	}
+}
+
+func (sp *sharePersisted) moveStart(start int64) {
+	if start <= sp.start {
+		return
+	}
+	for o := range sp.recs {
+		if o < start {
+			delete(sp.recs, o)
+		}
+	}
+	sp.start = start
+}
+
+// batches lists the persisted offsets as coalesced batches, by offset.
+func (sp *sharePersisted) batches() []shareStateBatch {
+	offsets := make([]int64, 0, len(sp.recs))
+	for o := range sp.recs {
+		offsets = append(offsets, o)
+	}
+	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
+	var out []shareStateBatch
+	for _, o := range offsets {
+		r := sp.recs[o]
+		if n := len(out); n > 0 && out[n-1].Last == o-1 && out[n-1].State == r.state && out[n-1].Deliveries == r.deliveries {
+			out[n-1].Last = o
+			continue
+		}
+		out = append(out, shareStateBatch{First: o, Last: o, State: r.state, Deliveries: r.deliveries})
+	}
+	return out
+}
+
+// last returns the highest persisted offset, or start-1.
+func (sp *sharePersisted) last() int64 {
+	last := sp.start - 1
+	for o := range sp.recs {
+		if o > last {
+			last = o
+		}
+	}
+	return last
+}
+
+// sharePending is one transactional write of staged acknowledgements that
+// no marker has resolved yet.
+type sharePending struct {
+	key     shareKey
+	epoch   int16
+	batches []shareStagedBatch
+}
+
+// shareStateShard is one node's state of one __share_group_state partition.
+type shareStateShard struct {
+	parts map[shareKey]*sharePersisted
+	// epochs is the last state epoch of every key ever initialized here,
+	// so a share-partition initialized again after a deletion starts a new
+	// epoch and stale updates of the old one are ignored.
+	epochs  map[shareKey]int32
+	pending map[int64][]sharePending // by producer id
+}
+
+func newShareStateShard() *shareStateShard {
+	return &shareStateShard{
+		parts:   make(map[shareKey]*sharePersisted),
+		epochs:  make(map[shareKey]int32),
+		pending: make(map[int64][]sharePending),
+	}
+}
+
+// errShareStaleWrite reports a record for a state epoch that is no longer
+// current; replay ignores such records as the live path does.
+var errShareStaleWrite = errors.New("share state record for a stale state epoch")
+
+// apply applies one record; pid >= 0 for a record of a transactional batch.
+func (st *shareStateShard) apply(key shareKey, v *shareStateValue, pid int64, epoch int16) error {
+	if v == nil {
+		delete(st.parts, key)
+		for id, entries := range st.pending {
+			kept := entries[:0]
+			for _, e := range entries {
+				if e.key != key {
+					kept = append(kept, e)
+				}
+			}
+			if len(kept) == 0 {
+				delete(st.pending, id)
+			} else {
+				st.pending[id] = kept
+			}
+		}
+		return nil
+	}
+	if (v.Kind == shareKindStaged) != (pid >= 0) {
+		return fmt.Errorf("share state %s record in a batch with producer id %d", v.Kind, pid)
+	}
+	if v.Kind == shareKindSnapshot {
+		sp := &sharePersisted{stateEpoch: v.StateEpoch, start: v.StartOffset, recs: make(map[int64]persistedRecord)}
+		for _, b := range v.Batches {
+			for o := max(b.First, sp.start); o <= b.Last; o++ {
+				sp.recs[o] = persistedRecord{state: b.State, deliveries: b.Deliveries}
+			}
+		}
+		st.parts[key] = sp
+		if v.StateEpoch > st.epochs[key] {
+			st.epochs[key] = v.StateEpoch
+		}
+		return nil
+	}
+	sp := st.parts[key]
+	if sp == nil || sp.stateEpoch != v.StateEpoch {
+		return errShareStaleWrite
+	}
+	if v.Kind == shareKindStaged {
+		st.pending[pid] = append(st.pending[pid], sharePending{key: key, epoch: epoch, batches: v.Staged})
+		return nil
+	}
+	sp.moveStart(v.StartOffset)
+	for _, b := range v.Batches {
+		for o := max(b.First, sp.start); o <= b.Last; o++ {
+			sp.recs[o] = persistedRecord{state: b.State, deliveries: b.Deliveries}
+		}
+	}
+	sp.advance()
+	sp.updates++
+	return nil
+}
+
+// resolve applies a transaction marker of producer pid: every pending
+// staged acknowledgement of pid takes its outcome. It returns the
+// share-partitions it changed.
+func (st *shareStateShard) resolve(pid int64, commit bool) []shareKey {
+	entries := st.pending[pid]
+	delete(st.pending, pid)
+	var keys []shareKey
+	for _, e := range entries {
+		sp := st.parts[e.key]
+		if sp == nil {
+			continue
+		}
+		for _, b := range e.batches {
+			state := persistAvailable
+			if commit {
+				switch b.Ack {
+				case wire.AckAccept:
+					state = persistAcknowledged
+				case wire.AckReject:
+					state = persistArchived
+				}
+			}
+			for o := max(b.First, sp.start); o <= b.Last; o++ {
+				sp.recs[o] = persistedRecord{state: state, deliveries: b.Deliveries}
+			}
+		}
+		sp.advance()
+		keys = append(keys, e.key)
+	}
+	return keys
+}
+
+// pendingFor returns the unresolved staged acknowledgements of key, by
+// producer id.
+func (st *shareStateShard) pendingFor(key shareKey) map[int64][]shareStagedBatch {
+	var out map[int64][]shareStagedBatch
+	for pid, entries := range st.pending {
+		for _, e := range entries {
+			if e.key != key {
+				continue
+			}
+			if out == nil {
+				out = make(map[int64][]shareStagedBatch)
+			}
+			out[pid] = append(out[pid], e.batches...)
+		}
+	}
+	return out
+}
+
+// loadShareState replays a __share_group_state partition. A record that
+// does not decode is logged and skipped: the broker wrote every record
+// itself, so that only happens if the log was damaged.
+func (sc *shareCoordinator) loadShareState(p *partition, node int32) *shareStateShard {
+	st := newShareStateShard()
+	for _, b := range p.batches {
+		recs, err := decodeRecords(b.raw)
+		if err != nil {
+			sc.c.logger.Error("skipping undecodable share state batch", "partition", p.index, "offset", b.base, "err", err)
+			continue
+		}
+		if b.control {
+			if len(recs) == 1 && len(recs[0].key) >= 4 {
+				st.resolve(b.pid, int16(binary.BigEndian.Uint16(recs[0].key[2:])) == controlCommit)
+			}
+			continue
+		}
+		pid := int64(-1)
+		if b.txn {
+			pid = b.pid
+		}
+		for _, r := range recs {
+			key, err := decodeShareStateKey(r.key)
+			if err != nil {
+				sc.c.logger.Error("skipping share state record", "partition", p.index, "offset", b.base, "err", err)
+				continue
+			}
+			v, err := decodeShareStateValue(r.value)
+			if err == nil {
+				err = st.apply(key, v, pid, b.epoch)
+			}
+			if err != nil && !errors.Is(err, errShareStaleWrite) {
+				sc.c.logger.Error("skipping share state record", "partition", p.index, "offset", b.base, "key", key.String(), "err", err)
+			}
+		}
+	}
+	sc.c.logger.Debug("share state loaded", "partition", p.index, "node", node, "share_partitions", len(st.parts), "pending_producers", len(st.pending))
+	return st
+}
