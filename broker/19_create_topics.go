@@ -29,6 +29,8 @@ func handleCreateTopics(c *Cluster, r *request) (kmsg.Response, error) {
 	for _, rt := range req.Topics {
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
+		// Empty, never null: the Java admin client reads the list.
+		st.Configs = []kmsg.CreateTopicsResponseTopicConfig{}
 		t, err := c.createTopicFromRequest(rt, req.ValidateOnly)
 		if err != nil {
 			st.ErrorCode = err.code.Code
@@ -38,6 +40,12 @@ func handleCreateTopics(c *Cluster, r *request) (kmsg.Response, error) {
 			st.TopicID = t.id
 			st.NumPartitions = int32(len(t.partitions))
 			st.ReplicationFactor = 1
+			for name, value := range t.configs {
+				cfg := kmsg.NewCreateTopicsResponseTopicConfig()
+				cfg.Name, cfg.Value = name, kmsg.StringPtr(value)
+				cfg.Source = 1 // DYNAMIC_TOPIC_CONFIG
+				st.Configs = append(st.Configs, cfg)
+			}
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
