@@ -205,3 +205,39 @@ func groupTopic(t testing.TB, c *Cluster, name string, partitions int32) {
 	t.Helper()
 	require.NoError(t, c.do(func() { c.createTopic(name, partitions, nil, false) }))
 }
+
+// groupEdit runs fn on the run loop with the group as the coordinator
+// serving it holds it. Tests use it to make a timeout pass now instead of
+// waiting for it.
+func groupEdit(t testing.TB, c *Cluster, group string, fn func(grp *classicGroup)) {
+	t.Helper()
+	node := groupCoordinatorNode(t, c, group)
+	found := false
+	require.NoError(t, c.do(func() {
+		if st, err := c.coordinators.group.shardFor(node, group); err == nil && st.groups[group] != nil {
+			found = true
+			fn(st.groups[group])
+		}
+	}))
+	require.True(t, found, "group %s is not served", group)
+}
+
+// groupCloseWindows makes the group's current join or sync window end:
+// the next sweep completes the phase as its timeout would.
+func groupCloseWindows(t testing.TB, c *Cluster, group string) {
+	t.Helper()
+	groupEdit(t, c, group, func(grp *classicGroup) {
+		grp.joinDeadline, grp.syncDeadline = time.Now(), time.Now()
+	})
+}
+
+// groupEndSessions makes every member's session end at the next sweep
+// unless the member is heard from first.
+func groupEndSessions(t testing.TB, c *Cluster, group string) {
+	t.Helper()
+	groupEdit(t, c, group, func(grp *classicGroup) {
+		for _, m := range grp.members {
+			m.sessionDeadline = time.Now()
+		}
+	})
+}

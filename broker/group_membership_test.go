@@ -102,27 +102,51 @@ func TestGroupJoinWindowDropsMembersThatDoNotRejoin(t *testing.T) {
 	c := newTestCluster(t)
 	const group = "g-window"
 	node := groupCoordinatorNode(t, c, group)
-	joined := groupJoined(t, groupJoin(t, c, node, groupJoinReq(9, group, "", groupTestSession, 200*time.Millisecond)))
-	a := joined.MemberID
-	groupAwait(t, groupSend(t, c, node, groupSyncReq(group, a, joined.Generation, map[string]string{a: "x"})))
+	a, gen := groupStableOne(t, c, node, group)
 
-	// A never rejoins: when the rebalance timeout passes, B's join
-	// completes without it and B leads.
-	bJoined := groupJoined(t, groupJoin(t, c, node, groupJoinReq(9, group, "", groupTestSession, 200*time.Millisecond)))
+	// A never rejoins: when the join window closes, B's join completes
+	// without it and B leads.
+	bJoin := groupJoin(t, c, node, groupJoinReq(9, group, "", groupTestSession, groupTestRebalance))
+	groupRequireWaiting(t, bJoin)
+	groupCloseWindows(t, c, group)
+	bJoined := groupJoined(t, bJoin)
 	require.Equal(t, bJoined.MemberID, bJoined.LeaderID)
 	require.Len(t, bJoined.Members, 1)
-	require.ErrorIs(t, groupHeartbeat(t, c, node, group, a, joined.Generation), kerr.UnknownMemberID)
+	require.ErrorIs(t, groupHeartbeat(t, c, node, group, a, gen), kerr.UnknownMemberID)
+}
+
+func TestGroupLeaderThatNeverSyncsIsRemoved(t *testing.T) {
+	c := newTestCluster(t)
+	const group = "g-nosync"
+	node := groupCoordinatorNode(t, c, group)
+	leader := groupJoined(t, groupSend(t, c, node, groupJoinReq(3, group, "", groupTestSession, groupTestRebalance)))
+	followerJoin := groupSend(t, c, node, groupJoinReq(3, group, "", groupTestSession, groupTestRebalance))
+	groupRequireWaiting(t, followerJoin)
+	groupJoined(t, groupSend(t, c, node, groupJoinReq(3, group, leader.MemberID, groupTestSession, groupTestRebalance)))
+	follower := groupJoined(t, followerJoin)
+
+	// The leader never sends its assignments: when the sync window
+	// closes it is removed, and the waiting follower must rejoin.
+	waiting := groupSend(t, c, node, groupSyncReq(group, follower.MemberID, follower.Generation, nil))
+	groupRequireWaiting(t, waiting)
+	groupCloseWindows(t, c, group)
+	synced := groupAwait(t, waiting).(*kmsg.SyncGroupResponse)
+	require.ErrorIs(t, kerr.ErrorForCode(synced.ErrorCode), kerr.RebalanceInProgress)
+	rejoined := groupJoined(t, groupSend(t, c, node, groupJoinReq(3, group, follower.MemberID, groupTestSession, groupTestRebalance)))
+	require.Equal(t, follower.MemberID, rejoined.LeaderID)
+	require.Len(t, rejoined.Members, 1)
 }
 
 func TestGroupSessionExpiryEmptiesGroup(t *testing.T) {
 	c := newTestCluster(t)
 	const group = "g-expire"
 	node := groupCoordinatorNode(t, c, group)
-	joined := groupJoined(t, groupJoin(t, c, node, groupJoinReq(9, group, "", 100*time.Millisecond, 100*time.Millisecond)))
-	groupAwait(t, groupSend(t, c, node, groupSyncReq(group, joined.MemberID, joined.Generation, map[string]string{joined.MemberID: "x"})))
+	member, gen := groupStableOne(t, c, node, group)
 
+	// The member stops heartbeating; its session ends at the next sweep.
+	groupEndSessions(t, c, group)
 	require.Eventually(t, func() bool { return groupDescribe(t, c, node, group).State == "Empty" }, 30*time.Second, 20*time.Millisecond)
-	require.ErrorIs(t, groupHeartbeat(t, c, node, group, joined.MemberID, joined.Generation), kerr.UnknownMemberID)
+	require.ErrorIs(t, groupHeartbeat(t, c, node, group, member, gen), kerr.UnknownMemberID)
 	d := groupDescribe(t, c, node, group)
 	require.Empty(t, d.Members)
 	require.Equal(t, "consumer", d.ProtocolType, "an empty group keeps its protocol type")
