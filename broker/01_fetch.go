@@ -54,9 +54,13 @@ func fetchHasError(resp *kmsg.FetchResponse) bool {
 	return false
 }
 
-// wakeFetches re-runs parked fetches after an append, answering those that
-// now have data.
-func (c *Cluster) wakeFetches() { c.sweepFetches(time.Now()) }
+// wakeFetches re-runs parked fetches (and parked share fetches) after an
+// append, answering those that now have data.
+func (c *Cluster) wakeFetches() {
+	now := time.Now()
+	c.sweepFetches(now)
+	c.coordinators.share.sweepWaits(now)
+}
 
 func (c *Cluster) sweepFetches(now time.Time) {
 	if len(c.fetchWaits) == 0 {

@@ -137,6 +137,9 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 		if m == nil && len(req.SubscribedTopicNames) == 0 {
 			return kerr.InvalidRequest, "a joining member must subscribe to at least one topic"
 		}
+		if st, err := sc.c.coordinators.group.shardFor(r.node.id, req.GroupID); g == nil && err == nil && st.groups[req.GroupID] != nil {
+			return kerr.GroupIDNotFound, fmt.Sprintf("group %q is a classic group, not a share group", req.GroupID)
+		}
 		if g == nil {
 			g = &shareGroup{name: req.GroupID, members: make(map[string]*shareMember)}
 			sc.groups[g.name] = g

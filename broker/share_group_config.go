@@ -62,18 +62,6 @@ var groupConfigDefs = []groupConfigDef{
 		def: constDefault("5000"),
 		min: 100, max: 3_600_000,
 	},
-	{
-		name: "consumer.session.timeout.ms", typ: kmsg.ConfigTypeInt,
-		doc: "How long a consumer group member (KIP-848) may go without a heartbeat before it is fenced.",
-		def: constDefault("45000"),
-		min: 1000, max: 3_600_000,
-	},
-	{
-		name: "consumer.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt,
-		doc: "The heartbeat interval consumer group members (KIP-848) are told to use.",
-		def: constDefault("5000"),
-		min: 100, max: 3_600_000,
-	},
 }
 
 func groupConfigDefFor(name string) *groupConfigDef {
@@ -168,7 +156,7 @@ func (c *Cluster) alterGroupConfigs(group string, ops []kmsg.IncrementalAlterCon
 		case kmsg.IncrementalAlterConfigOpDelete:
 			delete(next, op.Name)
 		default:
-			return fmt.Errorf("%s: operation %v applies to list configs only", op.Name, op.Op)
+			return fmt.Errorf("%s: operation %v is not supported: group configs take SET and DELETE (none is a list)", op.Name, op.Op)
 		}
 	}
 	if validateOnly {

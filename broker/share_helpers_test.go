@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
 )
 
 // shareSetGroupConfigs sets group configs with IncrementalAlterConfigs.
@@ -157,10 +158,186 @@ func shareRecordStates(t testing.TB, c *Cluster, group, topic string, partition 
 		tp := c.topics[topic]
 		sp := c.coordinators.share.live[shareKey{group: group, topicID: tp.id, partition: partition}]
 		if sp != nil {
-			out = sp.counts()
+			out = shareCounts(sp)
 		}
 	}))
 	return out
 }
 
-func shareName(t testing.TB) string { return fmt.Sprintf("s%d", time.Now().UnixNano()%1e9) }
+// rawShareMember is a share group member driven by raw requests: it joins
+// with ShareGroupHeartbeat and keeps one share session per node.
+type rawShareMember struct {
+	t        testing.TB
+	c        *Cluster
+	group    string
+	id       string
+	epoch    int32
+	sessions map[int32]int32 // node -> the next session epoch
+}
+
+// shareJoin joins group as member id, subscribed to topic.
+func shareJoin(t testing.TB, c *Cluster, group, id, topic string) *rawShareMember {
+	t.Helper()
+	req := kmsg.NewPtrShareGroupHeartbeatRequest()
+	req.Version = 1
+	req.GroupID, req.MemberID, req.MemberEpoch = group, id, 0
+	req.SubscribedTopicNames = []string{topic}
+	resp := txnWire(t, c, shareGroupCoordinator(t, c, group), req).(*kmsg.ShareGroupHeartbeatResponse)
+	require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
+	return &rawShareMember{t: t, c: c, group: group, id: id, epoch: resp.MemberEpoch, sessions: map[int32]int32{}}
+}
+
+func shareGroupCoordinator(t testing.TB, c *Cluster, group string) int32 {
+	t.Helper()
+	leader, err := c.Leader(wire.ConsumerOffsetsTopic, c.CoordinatorPartition(coordinatorGroup, group))
+	require.NoError(t, err)
+	return leader
+}
+
+// fetch sends a ShareFetch for topic/partition to its leader, without
+// waiting, and returns the acquired offsets with their delivery counts.
+func (m *rawShareMember) fetch(topic string, partition int32) map[int64]int16 {
+	m.t.Helper()
+	resp := m.fetchFrom(m.leader(topic, partition), topic, partition)
+	require.NoError(m.t, kerr.ErrorForCode(resp.ErrorCode))
+	out := map[int64]int16{}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			require.NoError(m.t, kerr.ErrorForCode(rp.ErrorCode))
+			for _, ar := range rp.AcquiredRecords {
+				for o := ar.FirstOffset; o <= ar.LastOffset; o++ {
+					out[o] = ar.DeliveryCount
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (m *rawShareMember) leader(topic string, partition int32) int32 {
+	m.t.Helper()
+	leader, err := m.c.Leader(topic, partition)
+	require.NoError(m.t, err)
+	return leader
+}
+
+func (m *rawShareMember) topicID(topic string) [16]byte {
+	m.t.Helper()
+	var id [16]byte
+	require.NoError(m.t, m.c.do(func() { id = m.c.topics[topic].id }))
+	return id
+}
+
+// fetchFrom sends a ShareFetch to node in this member's session there.
+func (m *rawShareMember) fetchFrom(node int32, topic string, partition int32) *kmsg.ShareFetchResponse {
+	m.t.Helper()
+	req := kmsg.NewPtrShareFetchRequest()
+	req.Version = 2
+	req.GroupID, req.MemberID = &m.group, &m.id
+	req.ShareSessionEpoch = m.sessions[node]
+	req.MaxRecords, req.MaxBytes = 1000, 1<<20
+	rt := kmsg.NewShareFetchRequestTopic()
+	rt.TopicID = m.topicID(topic)
+	rp := kmsg.NewShareFetchRequestTopicPartition()
+	rp.Partition = partition
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareFetchResponse)
+	if resp.ErrorCode == 0 {
+		m.sessions[node]++
+	}
+	return resp
+}
+
+// acknowledge sends a ShareAcknowledge of one range to the partition's
+// leader and returns the top-level error, or else the partition's.
+func (m *rawShareMember) acknowledge(topic string, partition int32, first, last int64, typ wire.AckType) error {
+	m.t.Helper()
+	node := m.leader(topic, partition)
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = 2
+	req.GroupID, req.MemberID = &m.group, &m.id
+	req.ShareSessionEpoch = m.sessions[node]
+	rt := kmsg.NewShareAcknowledgeRequestTopic()
+	rt.TopicID = m.topicID(topic)
+	rp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+	rp.Partition = partition
+	b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = first, last, []int8{int8(typ)}
+	rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareAcknowledgeResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	m.sessions[node]++
+	require.Len(m.t, resp.Topics, 1)
+	require.Len(m.t, resp.Topics[0].Partitions, 1)
+	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+}
+
+// shareRange is one acknowledged range for stageTxn.
+type shareRange struct {
+	first, last int64
+	typ         wire.AckType
+}
+
+// stageTxn sends TxnShareAcknowledge for topic/partition to its leader and
+// returns the top-level and the partition's errors.
+func (m *rawShareMember) stageTxn(txnID string, pid int64, epoch int16, topic string, partition int32, ranges ...shareRange) (top, part error) {
+	m.t.Helper()
+	req := &wire.TxnShareAcknowledgeRequest{
+		TransactionalID: txnID, GroupID: m.group, MemberID: m.id, MemberEpoch: m.epoch,
+		ProducerID: pid, ProducerEpoch: epoch,
+	}
+	tp := wire.TxnShareAcknowledgePartition{Partition: partition}
+	for _, r := range ranges {
+		tp.AcknowledgementBatches = append(tp.AcknowledgementBatches, wire.AcknowledgementBatch{FirstOffset: r.first, LastOffset: r.last, AcknowledgeType: r.typ})
+	}
+	req.Topics = []wire.TxnShareAcknowledgeTopic{{TopicID: m.topicID(topic), Partitions: []wire.TxnShareAcknowledgePartition{tp}}}
+	resp := txnWire(m.t, m.c, m.leader(topic, partition), req).(*wire.TxnShareAcknowledgeResponse)
+	require.Len(m.t, resp.Topics, 1)
+	require.Len(m.t, resp.Topics[0].Partitions, 1)
+	return kerr.ErrorForCode(resp.ErrorCode), kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+}
+
+// shareAddToTxn sends AddShareAcksToTxn to the transaction coordinator.
+func shareAddToTxn(t testing.TB, c *Cluster, txnID string, pid int64, epoch int16, group, topic string, partitions ...int32) error {
+	t.Helper()
+	req := &wire.AddShareAcksToTxnRequest{
+		TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch, GroupID: group,
+		Topics: []wire.AddShareAcksToTxnTopic{{Name: topic, Partitions: partitions}},
+	}
+	resp := txnWire(t, c, txnCoordinatorNode(t, c, txnID), req).(*wire.AddShareAcksToTxnResponse)
+	return kerr.ErrorForCode(resp.ErrorCode)
+}
+
+// shareEndTxn ends a transaction with EndTxn v5 and returns the epoch the
+// producer continues with.
+func shareEndTxn(t testing.TB, c *Cluster, txnID string, pid int64, epoch int16, commit bool) int16 {
+	t.Helper()
+	resp := txnEnd(t, c, txnCoordinatorNode(t, c, txnID), 5, txnID, pid, epoch, commit)
+	require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
+	return resp.ProducerEpoch
+}
+
+// shareStatePartition returns the __share_group_state partition of a
+// share-partition.
+func shareStatePartition(t testing.TB, c *Cluster, group, topic string, partition int32) int32 {
+	t.Helper()
+	var idx int32
+	require.NoError(t, c.do(func() {
+		idx = c.CoordinatorPartition(coordinatorShare, shareStateKey(group, c.topics[topic].id, partition))
+	}))
+	return idx
+}
+
+// shareCounts returns how many records of the window are in each state.
+func shareCounts(sp *sharePartition) map[shareRecordState]int {
+	out := make(map[shareRecordState]int)
+	for _, r := range sp.recs {
+		out[r.state]++
+	}
+	return out
+}

@@ -536,12 +536,3 @@ func (sp *sharePartition) releaseMember(member string, limit int32) int {
 func (sp *sharePartition) hasWork() bool {
 	return sp.available > 0 || sp.end() < sp.p.lastStableOffset()
 }
-
-// counts returns how many records of the window are in each state.
-func (sp *sharePartition) counts() map[shareRecordState]int {
-	out := make(map[shareRecordState]int)
-	for _, r := range sp.recs {
-		out[r.state]++
-	}
-	return out
-}

@@ -74,7 +74,7 @@ func TestSharePartitionAcknowledgeIsAllOrNothing(t *testing.T) {
 	err, msg := sp.acknowledge("m1", []shareAck{ack(0, 1, wire.AckAccept), ack(2, 3, wire.AckAccept)}, time.Minute, 3, now)
 	require.Equal(t, kerr.InvalidRecordState, err)
 	require.Contains(t, msg, "another member")
-	require.Equal(t, map[shareRecordState]int{shareAcquired: 6}, sp.counts(), "nothing of the partition was applied")
+	require.Equal(t, map[shareRecordState]int{shareAcquired: 6}, shareCounts(sp), "nothing of the partition was applied")
 
 	err, _ = sp.acknowledge("m1", []shareAck{ack(0, 0, wire.AckAccept)}, time.Minute, 3, now.Add(2*time.Minute))
 	require.Equal(t, kerr.InvalidRecordState, err, "an expired lock cannot be acknowledged")
@@ -105,7 +105,7 @@ func TestSharePartitionLockExpiry(t *testing.T) {
 	require.Equal(t, 3, sp.expire(now.Add(time.Second), 3))
 	require.Equal(t, map[int64]int16{0: 2, 1: 2, 2: 2}, acquiredOffsets(sp, "m2", 5, now))
 	require.Equal(t, 3, sp.releaseMember("m2", 3))
-	require.Equal(t, 3, sp.counts()[shareAvailable])
+	require.Equal(t, 3, shareCounts(sp)[shareAvailable])
 }
 
 func TestSharePartitionReadsCommitted(t *testing.T) {
