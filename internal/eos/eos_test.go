@@ -29,7 +29,7 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 
 	const n = 500
 	require.NoError(t, WriteInput(ctx, seeds, "out", n, slog.New(slog.DiscardHandler)))
-	check, err := ReadCommitted(ctx, seeds, "out", n)
+	check, err := ReadCommitted(ctx, seeds, "out", n, nil)
 	require.NoError(t, err)
 	require.True(t, check.OK(), check.String())
 	require.Equal(t, n, check.Outputs)
@@ -38,11 +38,12 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 		&kgo.Record{Topic: "out", Value: []byte(ID(7))},
 		&kgo.Record{Topic: "out", Value: []byte("not-an-id")},
 	).FirstErr())
-	check, err = ReadCommitted(ctx, seeds, "out", n+2)
+	check, err = ReadCommitted(ctx, seeds, "out", n+3, map[string]bool{ID(n + 2): true})
 	require.NoError(t, err)
 	require.False(t, check.OK())
 	require.Equal(t, 1, check.Duplicates)
 	require.Equal(t, []string{ID(7)}, check.DuplicateSample)
 	require.Equal(t, 2, check.Missing)
+	require.Equal(t, 1, check.Archived, "a missing id known to be archived is reported as such")
 	require.Equal(t, 1, check.Unknown)
 }

@@ -18,8 +18,13 @@ type Check struct {
 	Outputs    int `json:"outputs_seen"`
 	Duplicates int `json:"duplicates"`
 	Missing    int `json:"missing"`
+	// Archived counts inputs with no output whose last delivery reached
+	// the group's delivery limit in a transaction that did not commit: the
+	// broker archived them, as KIP-932 says, and the run reports them.
+	Archived int `json:"archived_by_delivery_limit"`
 	// Unknown counts output values that are not input ids at all.
-	Unknown         int      `json:"unknown"`
+	Unknown int `json:"unknown"`
+	// MissingSample lists the first missing ids as ranges ("a..b").
 	MissingSample   []string `json:"missing_sample,omitempty"`
 	DuplicateSample []string `json:"duplicate_sample,omitempty"`
 }
@@ -42,7 +47,11 @@ const sampleSize = 5
 // ids ID(0)..ID(inputs-1). It fetches partition by partition with explicit
 // offsets, so that it knows for certain when it has read everything, aborted
 // batches and markers included.
-func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int) (Check, error) {
+//
+// archived, if not nil, names the ids that the pipeline knows were archived
+// by the delivery limit; a missing id among them counts as Archived, not
+// Missing.
+func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int, archived map[string]bool) (Check, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return Check{}, fmt.Errorf("verifier: %w", err)
@@ -69,13 +78,30 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int
 	if readErr != nil {
 		return check, readErr
 	}
+	runStart := -1
+	flushRun := func(end int) {
+		if runStart >= 0 && len(check.MissingSample) < sampleSize {
+			r := ID(runStart)
+			if end > runStart {
+				r += ".." + ID(end)
+			}
+			check.MissingSample = append(check.MissingSample, r)
+		}
+		runStart = -1
+	}
 	for i := 0; i < inputs; i++ {
 		id := ID(i)
+		if counts[id] != 0 {
+			flushRun(i - 1)
+		}
 		switch n := counts[id]; {
+		case n == 0 && archived[id]:
+			check.Archived++
+			flushRun(i - 1)
 		case n == 0:
 			check.Missing++
-			if len(check.MissingSample) < sampleSize {
-				check.MissingSample = append(check.MissingSample, id)
+			if runStart < 0 {
+				runStart = i
 			}
 		case n > 1:
 			check.Duplicates += n - 1
@@ -85,6 +111,7 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int
 		}
 		delete(counts, id)
 	}
+	flushRun(inputs - 1)
 	check.Unknown = len(counts)
 	return check, nil
 }

@@ -1,0 +1,321 @@
+package realkafka_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/shareconsumer"
+	"github.com/kshare-go/kshare/wire"
+)
+
+// setShareGroupConfigs sets group configs (share.auto.offset.reset, ...)
+// with IncrementalAlterConfigs on resource type GROUP.
+func setShareGroupConfigs(ctx context.Context, t testing.TB, cl *kgo.Client, group string, kvs ...string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	for i := 0; i+1 < len(kvs); i += 2 {
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name = kvs[i]
+		c.Value = kmsg.StringPtr(kvs[i+1])
+		res.Configs = append(res.Configs, c)
+	}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("IncrementalAlterConfigs of group %s: %v", group, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("IncrementalAlterConfigs of group %s: %v", group, err)
+		}
+	}
+}
+
+// produceValues writes count records with values "0".."count-1", spread
+// over the topic's partitions, and waits for them.
+func produceValues(ctx context.Context, t testing.TB, seeds []string, topic string, count int) {
+	t.Helper()
+	cl := newClient(t, seeds, kgo.DefaultProduceTopic(topic))
+	var rs []*kgo.Record
+	for i := range count {
+		rs = append(rs, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// shareSetup creates a topic with records and a share group that reads
+// from the earliest offset.
+func shareSetup(ctx context.Context, t *testing.T, seeds []string, partitions int32, count int) (topic, group string) {
+	t.Helper()
+	topic = uniqueName(t, "kshare-share")
+	group = uniqueName(t, "kshare-share-group")
+	admin := newClient(t, seeds)
+	createTopic(ctx, t, admin, topic, partitions)
+	setShareGroupConfigs(ctx, t, admin, group, "share.auto.offset.reset", "earliest")
+	produceValues(ctx, t, seeds, topic, count)
+	return topic, group
+}
+
+func newShareConsumer(t *testing.T, seeds []string, topic, group string, opts ...shareconsumer.Opt) *shareconsumer.Consumer {
+	t.Helper()
+	c, err := shareconsumer.New(append([]shareconsumer.Opt{
+		shareconsumer.SeedBrokers(seeds...),
+		shareconsumer.Group(group),
+		shareconsumer.Topics(topic),
+	}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// pollValues polls until want distinct values arrived or ctx ends, and
+// returns how many times each value was delivered.
+func pollValues(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, want int, each func(*kgo.Record)) map[string]int {
+	t.Helper()
+	seen := make(map[string]int)
+	for len(seen) < want {
+		recs, err := c.Poll(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("got %d of %d values before the deadline", len(seen), want)
+		}
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		for _, r := range recs {
+			seen[string(r.Value)]++
+			if each != nil {
+				each(r)
+			}
+		}
+	}
+	return seen
+}
+
+// expectNothing polls for a while and fails if any record arrives.
+func expectNothing(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, d time.Duration) {
+	t.Helper()
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		recs, err := c.Poll(pctx)
+		if len(recs) > 0 {
+			t.Fatalf("%d records delivered again, first %s/%d@%d %q", len(recs), recs[0].Topic, recs[0].Partition, recs[0].Offset, recs[0].Value)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+	}
+}
+
+func TestShareConsumerImplicitAcceptsOnNextPoll(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count = 200
+	topic, group := shareSetup(ctx, t, seeds, 2, count)
+
+	c := newShareConsumer(t, seeds, topic, group)
+	seen := pollValues(ctx, t, c, count, func(r *kgo.Record) {
+		if n, ok := c.DeliveryCount(r); !ok || n != 1 {
+			t.Errorf("record %q: delivery count %d, %v; want 1", r.Value, n, ok)
+		}
+	})
+	for v, n := range seen {
+		if n != 1 {
+			t.Errorf("value %s delivered %d times", v, n)
+		}
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	// Everything was accepted (the last poll's records by Close): a new
+	// member of the group gets nothing.
+	c2 := newShareConsumer(t, seeds, topic, group)
+	defer c2.Close(context.Background())
+	expectNothing(ctx, t, c2, 8*time.Second)
+}
+
+func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count = 40
+	topic, group := shareSetup(ctx, t, seeds, 1, count)
+
+	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
+	defer c.Close(context.Background())
+	released := make(map[string]bool)
+	pollValues(ctx, t, c, count, func(r *kgo.Record) {
+		i, _ := strconv.Atoi(string(r.Value))
+		typ := wire.AckAccept
+		if i%4 == 1 {
+			typ = wire.AckRelease
+			released[string(r.Value)] = true
+		}
+		if i%4 == 3 {
+			typ = wire.AckReject
+		}
+		if err := c.Ack(r, typ); err != nil {
+			t.Fatalf("ack %q: %v", r.Value, err)
+		}
+	})
+	if err := c.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+
+	// Only the released records come back, delivered a second time.
+	again := pollValues(ctx, t, c, len(released), func(r *kgo.Record) {
+		if !released[string(r.Value)] {
+			t.Errorf("record %q delivered again but was not released", r.Value)
+		}
+		if n, _ := c.DeliveryCount(r); n != 2 {
+			t.Errorf("record %q: delivery count %d, want 2", r.Value, n)
+		}
+		if err := c.Ack(r, wire.AckAccept); err != nil {
+			t.Errorf("ack %q: %v", r.Value, err)
+		}
+	})
+	if len(again) != len(released) {
+		t.Fatalf("redelivered %d values, want %d", len(again), len(released))
+	}
+	errc := make(chan error, 1)
+	c.CommitAsync(func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatalf("commit async: %v", err)
+	}
+	expectNothing(ctx, t, c, 4*time.Second)
+}
+
+func TestShareConsumerExplicitUnackedReleasedOnClose(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count = 20
+	topic, group := shareSetup(ctx, t, seeds, 1, count)
+
+	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
+	pollValues(ctx, t, c, count, nil)
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	// Close released every unacknowledged record: a new member gets them
+	// all at once (well before the 30s lock would have run out), as a
+	// second delivery.
+	c2 := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
+	defer c2.Close(context.Background())
+	pollValues(ctx, t, c2, count, func(r *kgo.Record) {
+		if n, _ := c2.DeliveryCount(r); n != 2 {
+			t.Errorf("record %q: delivery count %d, want 2", r.Value, n)
+		}
+	})
+}
+
+func TestShareConsumerTwoMembersSplitTheWork(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count = 600
+	topic, group := shareSetup(ctx, t, seeds, 4, count)
+
+	var mu sync.Mutex
+	seen := make(map[string]int)
+	perMember := make([]int, 2)
+	var wg sync.WaitGroup
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for m := range 2 {
+		c := newShareConsumer(t, seeds, topic, group, shareconsumer.MaxPollRecords(20))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close(context.Background())
+			for pctx.Err() == nil {
+				recs, err := c.Poll(pctx)
+				if err != nil && pctx.Err() == nil {
+					t.Errorf("member %d poll: %v", m, err)
+					return
+				}
+				mu.Lock()
+				for _, r := range recs {
+					seen[string(r.Value)]++
+					perMember[m]++
+				}
+				done := len(seen) == count
+				mu.Unlock()
+				if done {
+					stop()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("got %d of %d values before the deadline", len(seen), count)
+	}
+	for v, n := range seen {
+		if n != 1 {
+			t.Errorf("value %s delivered %d times", v, n)
+		}
+	}
+	t.Logf("records per member: %v", perMember)
+}
+
+// TestShareConsumerRenewsStagedLocks stages records in Transactional mode
+// and checks that the consumer keeps renewing their locks (RENEW, KIP-1222)
+// past the group's lock duration; real Kafka has no transactional
+// acknowledgements, so the records are released at Close.
+func TestShareConsumerRenewsStagedLocks(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count = 10
+	topic, group := shareSetup(ctx, t, seeds, 1, count)
+	admin := newClient(t, seeds)
+	setShareGroupConfigs(ctx, t, admin, group, "share.record.lock.duration.ms", "3000")
+
+	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	var recs []*kgo.Record
+	pollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
+	acks := c.Acks(recs, wire.AckAccept)
+	if err := acks.Tracker.Stage(acks); err != nil {
+		t.Fatalf("stage: %v", err)
+	}
+	first, _ := c.LockDeadline(recs[0])
+	time.Sleep(7 * time.Second) // more than twice the lock duration
+	if err := acks.Tracker.Stage(acks); err != nil {
+		t.Fatalf("records lost their locks although renewed: %v", err)
+	}
+	later, _ := c.LockDeadline(recs[0])
+	if !later.After(first) {
+		t.Fatalf("lock deadline did not move: %v then %v", first, later)
+	}
+	// Another member sees nothing while the locks are renewed.
+	c2 := newShareConsumer(t, seeds, topic, group)
+	defer c2.Close(context.Background())
+	expectNothing(ctx, t, c2, 4*time.Second)
+	acks.Tracker.Resolve(acks, false)
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}

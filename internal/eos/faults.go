@@ -1,0 +1,95 @@
+package eos
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// injectFaults fires the enabled faults in turn, one every Interval, until
+// ctx ends.
+func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerPool, stats *runStats) {
+	var faults []func()
+	if cfg.Faults.KillWorker {
+		faults = append(faults, func() { pool.slots[rand.IntN(len(pool.slots))].kill.Store(true) })
+	}
+	if cfg.Faults.SlowWorker {
+		faults = append(faults, func() { pool.slots[rand.IntN(len(pool.slots))].slow.Store(true) })
+	}
+	if cfg.Faults.Zombie {
+		faults = append(faults, func() {
+			s := pool.slots[rand.IntN(len(pool.slots))]
+			stats.fault("zombie_instance")
+			cfg.Logger.Info("fault: starting a second instance with the same transactional id", "worker", s.index)
+			pool.start(ctx, s)
+		})
+	}
+	if cfg.Faults.CoordinatorMoves {
+		faults = append(faults, func() {
+			for _, topic := range []string{wire.TransactionStateTopic, wire.ShareGroupStateTopic} {
+				if moveRandomPartition(ctx, cl, topic, cfg) {
+					stats.fault("coordinator_moves")
+				}
+			}
+		})
+	}
+	if len(faults) == 0 {
+		return
+	}
+	// The first round fires at once, so that every fault lands while the
+	// pipeline runs, however fast it is.
+	ticker := time.NewTicker(cfg.Faults.Interval)
+	defer ticker.Stop()
+	for i := 0; ; i++ {
+		faults[i%len(faults)]()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// moveRandomPartition reassigns one partition of topic to another node, the
+// way an operator moves a coordinator. It reports whether it did.
+func moveRandomPartition(ctx context.Context, cl *kgo.Client, topic string, cfg Config) bool {
+	adm := kadm.NewClient(cl)
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil || len(md.Brokers) < 2 {
+		return false
+	}
+	td, ok := md.Topics[topic]
+	if !ok || len(td.Partitions) == 0 {
+		return false
+	}
+	parts := td.Partitions.Sorted()
+	p := parts[rand.IntN(len(parts))]
+	var to int32 = -1
+	for _, b := range md.Brokers {
+		if b.NodeID != p.Leader && (to < 0 || rand.IntN(2) == 0) {
+			to = b.NodeID
+		}
+	}
+	req := kadm.AlterPartitionAssignmentsReq{}
+	req.Assign(topic, p.Partition, []int32{to})
+	resp, err := adm.AlterPartitionAssignments(ctx, req)
+	if err != nil {
+		cfg.Logger.Warn("fault: moving a coordinator partition failed", "topic", topic, "err", err)
+		return false
+	}
+	ok = true
+	resp.Each(func(r kadm.AlterPartitionAssignmentsResponse) {
+		if r.Err != nil {
+			ok = false
+		}
+	})
+	if ok {
+		cfg.Logger.Info("fault: moved a coordinator partition", "topic", topic, "partition", p.Partition, "from", p.Leader, "to", to)
+	}
+	return ok
+}

@@ -1,0 +1,162 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/txnclient"
+)
+
+// metadataRetry is how soon the dispatcher looks again at a partition that
+// has no known leader.
+const metadataRetry = 50 * time.Millisecond
+
+// topic returns the named topic, loading its metadata on first use. It
+// retries while the topic does not exist yet or a partition has no leader,
+// until ctx or the transaction deadline ends.
+func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
+	p.topicsMu.RLock()
+	t := p.topics[name]
+	p.topicsMu.RUnlock()
+	if t != nil {
+		return t, nil
+	}
+	if dl := p.txn.Deadline(); !dl.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	p.metaMu.Lock()
+	defer p.metaMu.Unlock()
+	p.topicsMu.RLock()
+	t = p.topics[name]
+	p.topicsMu.RUnlock()
+	if t != nil {
+		return t, nil
+	}
+	fresh := false
+	tm, err := txnclient.Retry(ctx, func(ctx context.Context) (kmsg.MetadataResponseTopic, error) {
+		m, err := p.metadata(ctx, []string{name}, fresh)
+		fresh = true
+		if err != nil {
+			return kmsg.MetadataResponseTopic{}, err
+		}
+		mt := m[name]
+		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+			err = fmt.Errorf("metadata of topic %q: %w", name, err)
+			if mt.ErrorCode == kerr.TopicAuthorizationFailed.Code || mt.ErrorCode == kerr.InvalidTopicException.Code {
+				return mt, backoff.Permanent(err)
+			}
+			return mt, err
+		}
+		if len(mt.Partitions) == 0 {
+			return mt, fmt.Errorf("metadata of topic %q: no partitions: %w", name, kerr.LeaderNotAvailable)
+		}
+		for _, mp := range mt.Partitions {
+			if mp.Leader < 0 {
+				return mt, fmt.Errorf("metadata of %s/%d: %w", name, mp.Partition, kerr.LeaderNotAvailable)
+			}
+		}
+		return mt, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t = &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
+	t.parts = make([]*partition, len(tm.Partitions))
+	for i := range t.parts {
+		t.parts[i] = &partition{topic: t, id: int32(i), seqPID: -1, seqEpoch: -1}
+		t.parts[i].leader.Store(-1)
+	}
+	for _, mp := range tm.Partitions {
+		if mp.Partition >= 0 && int(mp.Partition) < len(t.parts) {
+			t.parts[mp.Partition].leader.Store(mp.Leader)
+		}
+	}
+	p.topicsMu.Lock()
+	p.topics[name] = t
+	p.topicsMu.Unlock()
+	return t, nil
+}
+
+// metadata asks for topics, from kgo's cache unless fresh.
+func (p *Producer) metadata(ctx context.Context, topics []string, fresh bool) (map[string]kmsg.MetadataResponseTopic, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = p.cfg.autoCreateTopics
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	limit := time.Duration(0)
+	if fresh {
+		limit = time.Nanosecond
+	}
+	resp, err := p.cl.RequestCachedMetadata(ctx, req, limit)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	out := make(map[string]kmsg.MetadataResponseTopic, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			out[*t.Topic] = t
+		}
+	}
+	for _, t := range topics {
+		if _, ok := out[t]; !ok {
+			return nil, fmt.Errorf("metadata of topic %q: %w", t, kerr.UnknownTopicOrPartition)
+		}
+	}
+	return out, nil
+}
+
+// refreshTopics reloads the leaders of topics after a leadership error,
+// best effort: on failure the old leaders stay and the next retry tries
+// again. New partitions of a topic become usable.
+func (p *Producer) refreshTopics(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.produceTimeout)
+	defer cancel()
+	m, err := p.metadata(ctx, names, true)
+	if err != nil {
+		p.cfg.logger.Debug("metadata refresh failed", "topics", names, "err", err)
+		return
+	}
+	p.topicsMu.RLock()
+	defer p.topicsMu.RUnlock()
+	for _, name := range names {
+		t, mt := p.topics[name], m[name]
+		if t == nil || mt.ErrorCode != 0 {
+			continue
+		}
+		t.mu.Lock()
+		for len(t.parts) < len(mt.Partitions) {
+			part := &partition{topic: t, id: int32(len(t.parts)), seqPID: -1, seqEpoch: -1}
+			part.leader.Store(-1)
+			t.parts = append(t.parts, part)
+		}
+		for _, mp := range mt.Partitions {
+			if mp.Partition >= 0 && int(mp.Partition) < len(t.parts) {
+				t.parts[mp.Partition].leader.Store(mp.Leader)
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+func (p *Producer) topicNames() []string {
+	p.topicsMu.RLock()
+	defer p.topicsMu.RUnlock()
+	names := make([]string, 0, len(p.topics))
+	for n := range p.topics {
+		names = append(names, n)
+	}
+	return names
+}

@@ -1,0 +1,464 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/wire"
+)
+
+// Producer is a transactional Kafka producer on kgo's transport. It batches
+// records per partition into idempotent, transactional RecordBatch v2
+// batches and owns the transaction through a txnclient.Manager, so that
+// share acknowledgements (KIP-1289) can join its transactions and a
+// transaction that carries only acknowledgements still commits.
+//
+// Produce, ProduceSync, Flush and Metrics may be called from many
+// goroutines. The transaction calls (InitTransactions, BeginTransaction,
+// SendOffsetsToTransaction, SendShareAcksToTransaction, CommitTransaction,
+// AbortTransaction) are serialized; records must be produced between
+// BeginTransaction and the start of CommitTransaction or AbortTransaction.
+type Producer struct {
+	cfg        config
+	cl         *kgo.Client
+	txn        *txnclient.Manager
+	compressor kgo.Compressor
+
+	ctx    context.Context // ends at Close; bounds produce requests
+	cancel context.CancelFunc
+
+	topicsMu sync.RWMutex
+	topics   map[string]*topic
+	metaMu   sync.Mutex // one metadata load at a time
+
+	buffered    atomic.Int64 // records holding a buffer slot (MaxBufferedRecords)
+	slotMu      sync.Mutex
+	slotCh      chan struct{} // closed when a slot frees up while the buffer was full
+	outstanding atomic.Int64  // records between Produce and their promise
+	drainMu     sync.Mutex
+	drainCh     chan struct{} // closed when outstanding reaches zero
+	flushing    atomic.Int32
+
+	wake       chan struct{}
+	refreshing atomic.Bool // a leader refresh is running
+	closing    atomic.Bool
+	loopDone   chan struct{}
+	sends      sync.WaitGroup
+
+	metrics metrics
+}
+
+// New creates a Producer and its kgo client. It does not contact the
+// cluster; call InitTransactions before the first transaction. It fails
+// with ErrUsage on missing or invalid options.
+func New(opts ...Opt) (*Producer, error) {
+	const op = "new producer"
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, txnclient.Usage(op, errors.New("nil option"))
+		}
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, txnclient.Usage(op, err)
+	}
+	compressor, err := kgo.DefaultCompressor(cfg.compression...)
+	if err != nil {
+		return nil, txnclient.Usage(op, fmt.Errorf("compression: %w", err))
+	}
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.seeds...),
+		kgo.WithLogger(slogLogger{cfg.logger}),
+		kgo.ProduceRequestTimeout(cfg.produceTimeout),
+		kgo.MaxVersions(txnclient.KgoMaxVersions()),
+	}
+	if cfg.autoCreateTopics {
+		kopts = append(kopts, kgo.AllowAutoTopicCreation())
+	}
+	cl, err := kgo.NewClient(append(kopts, cfg.kgoOpts...)...)
+	if err != nil {
+		return nil, txnclient.Usage(op, fmt.Errorf("kgo client: %w", err))
+	}
+	txn, err := txnclient.New(txnclient.Config{
+		Client:             cl,
+		TransactionalID:    cfg.txnID,
+		TransactionTimeout: cfg.txnTimeout,
+		Logger:             cfg.logger,
+	})
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Producer{
+		cfg:        cfg,
+		cl:         cl,
+		txn:        txn,
+		compressor: compressor,
+		ctx:        ctx,
+		cancel:     cancel,
+		topics:     make(map[string]*topic),
+		wake:       make(chan struct{}, 1),
+		loopDone:   make(chan struct{}),
+	}
+	p.metrics.init()
+	go p.dispatchLoop()
+	return p, nil
+}
+
+// Client returns the underlying kgo client, for admin requests or a
+// consumer sharing the connections. Do not produce through it, and do not
+// close it: Close does.
+func (p *Producer) Client() *kgo.Client { return p.cl }
+
+// Transactions returns the transaction manager, for its state and
+// producer id.
+func (p *Producer) Transactions() *txnclient.Manager { return p.txn }
+
+// InitTransactions gets a producer id and epoch, fencing any older producer
+// with the same transactional id, and detects whether the cluster runs
+// transaction version 2. Call it once before the first transaction. Called
+// again after an abortable error, it aborts the failed transaction through
+// the coordinator (passing the current id and epoch, so that a fenced
+// producer learns it with ErrFatal).
+func (p *Producer) InitTransactions(ctx context.Context) error {
+	if p.closing.Load() {
+		return errClosed("init transactions")
+	}
+	if p.txn.State() == txnclient.StateAbortableError {
+		if err := p.drain(ctx); err != nil {
+			return txnclient.Classify("init transactions", err)
+		}
+	}
+	return p.txn.InitProducerID(ctx)
+}
+
+// BeginTransaction starts a transaction. It sends nothing.
+func (p *Producer) BeginTransaction() error {
+	if p.closing.Load() {
+		return errClosed("begin transaction")
+	}
+	return p.txn.Begin()
+}
+
+// CommitTransaction flushes every produced record, sends the staged share
+// acknowledgements and commits with EndTxn, within ctx and the transaction
+// timeout. A transaction that carries only share acknowledgements commits
+// too. If any record failed, nothing commits and the error matches
+// ErrAbortable: call AbortTransaction. A fenced producer gets ErrFatal.
+func (p *Producer) CommitTransaction(ctx context.Context) error {
+	start := time.Now()
+	err := p.txn.Commit(ctx, p.flushForCommit)
+	if err == nil {
+		p.metrics.commit(time.Since(start))
+	}
+	return err
+}
+
+// flushForCommit delivers every buffered record and reports whether all of
+// them were written.
+func (p *Producer) flushForCommit(ctx context.Context) error {
+	if err := p.Flush(ctx); err != nil {
+		return err
+	}
+	if st := p.txn.State(); st != txnclient.StateCommitting {
+		return p.txn.Err()
+	}
+	return nil
+}
+
+// AbortTransaction aborts the current transaction: buffered records fail
+// with ErrAbortable, records in flight are waited for, and EndTxn(ABORT)
+// goes to the coordinator. Staged share acknowledgements are discarded (the
+// records become available again at the broker).
+func (p *Producer) AbortTransaction(ctx context.Context) error {
+	return p.txn.Abort(ctx, p.drain)
+}
+
+// SendOffsetsToTransaction commits consumer-group offsets as part of the
+// transaction (TxnOffsetCommit; AddOffsetsToTxn first on TV1 clusters).
+// Records produced earlier need not be flushed first.
+func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group txnclient.GroupMetadata) error {
+	return p.txn.SendOffsets(ctx, offsets, group)
+}
+
+// SendShareAcksToTransaction adds share-group acknowledgements to the
+// transaction: they take effect if and only if it commits. They are sent at
+// commit, before EndTxn. It fails with ErrShareAcksUnsupported, sending
+// nothing, if a broker involved lacks the KIP-1289 APIs, and with
+// ErrAbortable if acks.Tracker refuses them (an expired lock, say). Do not
+// modify acks afterwards; see txnclient.Manager.StageShareAcks.
+func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+	if p.closing.Load() {
+		return errClosed("send share acknowledgements to transaction")
+	}
+	return p.txn.StageShareAcks(ctx, acks, meta)
+}
+
+// Metrics returns a snapshot of the producer's counters.
+func (p *Producer) Metrics() Metrics {
+	s := p.txn.Stats()
+	return p.metrics.snapshot(s)
+}
+
+func errClosed(op string) error { return txnclient.Usage(op, errors.New("producer is closed")) }
+
+// Produce buffers r for the current transaction and calls promise (if not
+// nil) once with r and its fate: nil once the broker has written it, or a
+// classified error. A failed record dooms the transaction (ErrAbortable).
+// Produce blocks only while the buffer is full or the topic's metadata is
+// unknown, within ctx. Promises run on the producer's goroutines, in order
+// per partition, and must not block.
+//
+// r.Topic is required; r.Timestamp defaults to now; r.Partition is used as
+// given only with kgo.ManualPartitioner.
+func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	const op = "produce"
+	if promise == nil {
+		promise = func(*kgo.Record, error) {}
+	}
+	if r == nil {
+		promise(r, txnclient.Usage(op, errors.New("nil record")))
+		return
+	}
+	if r.Topic == "" {
+		promise(r, txnclient.Usage(op, errors.New("record has no topic")))
+		return
+	}
+	// Counting the record before checking the state pairs with Commit and
+	// Abort, which change the state before waiting for the count to drop:
+	// either they wait for this record or it sees their state.
+	p.outstanding.Add(1)
+	if st := p.txn.State(); st != txnclient.StateInTransaction || p.closing.Load() {
+		p.doneRecords(1)
+		if p.closing.Load() {
+			promise(r, errClosed(op))
+			return
+		}
+		promise(r, p.stateErr(op, st))
+		return
+	}
+	if err := p.acquireSlot(ctx); err != nil {
+		if p.ctx.Err() != nil {
+			p.doneRecords(1)
+			promise(r, errClosed(op))
+			return
+		}
+		p.failUnbuffered(r, promise, err)
+		return
+	}
+	t, err := p.topic(ctx, r.Topic)
+	if err != nil {
+		p.releaseSlots(1)
+		p.failUnbuffered(r, promise, err)
+		return
+	}
+	if err := p.buffer(t, r, promise); err != nil {
+		p.releaseSlots(1)
+		p.failUnbuffered(r, promise, err)
+	}
+}
+
+// acquireSlot takes one of the MaxBufferedRecords slots, waiting within ctx
+// while none is free.
+func (p *Producer) acquireSlot(ctx context.Context) error {
+	limit := int64(p.cfg.maxBuffered)
+	for {
+		n := p.buffered.Load()
+		if n < limit {
+			if p.buffered.CompareAndSwap(n, n+1) {
+				return nil
+			}
+			continue
+		}
+		p.slotMu.Lock()
+		if p.buffered.Load() < limit {
+			p.slotMu.Unlock()
+			continue
+		}
+		if p.slotCh == nil {
+			p.slotCh = make(chan struct{})
+		}
+		ch := p.slotCh
+		p.slotMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+	}
+}
+
+// releaseSlots frees n slots and wakes producers waiting for one.
+func (p *Producer) releaseSlots(n int) {
+	if p.buffered.Add(-int64(n))+int64(n) >= int64(p.cfg.maxBuffered) {
+		p.slotMu.Lock()
+		if p.slotCh != nil {
+			close(p.slotCh)
+			p.slotCh = nil
+		}
+		p.slotMu.Unlock()
+	}
+}
+
+func (p *Producer) stateErr(op string, st txnclient.State) error {
+	if err := p.txn.Err(); err != nil {
+		return err
+	}
+	return txnclient.Usage(op, fmt.Errorf("no transaction in progress (state %s)", st))
+}
+
+// failUnbuffered fails a record that never reached a batch; it dooms the
+// transaction like any failed record.
+func (p *Producer) failUnbuffered(r *kgo.Record, promise func(*kgo.Record, error), err error) {
+	cerr := p.txn.Fail("produce", err)
+	p.doneRecords(1)
+	promise(r, cerr)
+}
+
+// buffer partitions r and appends it to its partition's open batch.
+func (p *Producer) buffer(t *topic, r *kgo.Record, promise func(*kgo.Record, error)) error {
+	now := time.Now()
+	if r.Timestamp.IsZero() {
+		r.Timestamp = now
+	}
+	pid, epoch := p.txn.ProducerID()
+	t.mu.Lock()
+	idx := t.pick(r)
+	if onNew, ok := t.tp.(kgo.TopicPartitionerOnNewBatch); ok && idx >= 0 && idx < len(t.parts) {
+		part := t.parts[idx]
+		part.mu.Lock()
+		opens := part.opensBatchLocked()
+		part.mu.Unlock()
+		if opens {
+			onNew.OnNewBatch()
+			idx = t.pick(r)
+		}
+	}
+	if idx < 0 || idx >= len(t.parts) {
+		t.mu.Unlock()
+		return fmt.Errorf("partition %d of %q (%d partitions): %w", idx, t.name, len(t.parts), kerr.UnknownTopicOrPartition)
+	}
+	part := t.parts[idx]
+	r.Partition = part.id
+	part.mu.Lock()
+	opened := part.opensBatchLocked()
+	ok, full := part.appendLocked(r, promise, p.cfg.batchMaxBytes, now, pid, epoch)
+	part.mu.Unlock()
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("record of %d bytes exceeds the batch limit of %d: %w",
+			len(r.Key)+len(r.Value), p.cfg.batchMaxBytes, kerr.MessageTooLarge)
+	}
+	if opened || full || p.cfg.linger == 0 {
+		p.poke()
+	}
+	return nil
+}
+
+// poke wakes the dispatcher without blocking.
+func (p *Producer) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// doneRecords marks n records as resolved and wakes Flush waiters when
+// none is left.
+func (p *Producer) doneRecords(n int64) {
+	if p.outstanding.Add(-n) == 0 {
+		p.drainMu.Lock()
+		if p.drainCh != nil {
+			close(p.drainCh)
+			p.drainCh = nil
+		}
+		p.drainMu.Unlock()
+	}
+}
+
+// Flush sends every buffered record at once, ignoring linger, and waits
+// until each has its answer or ctx ends. It does not end the transaction;
+// records that failed have already reported it to their promises.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.flushing.Add(1)
+	defer p.flushing.Add(-1)
+	p.poke()
+	return p.waitDrained(ctx)
+}
+
+func (p *Producer) waitDrained(ctx context.Context) error {
+	for {
+		p.drainMu.Lock()
+		if p.outstanding.Load() == 0 {
+			p.drainMu.Unlock()
+			return nil
+		}
+		if p.drainCh == nil {
+			p.drainCh = make(chan struct{})
+		}
+		ch := p.drainCh
+		p.drainMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d records: %w", p.outstanding.Load(), ctx.Err())
+		}
+	}
+}
+
+// drain fails every buffered record that is not in flight and waits for
+// those in flight: after it, nothing of the transaction is travelling.
+func (p *Producer) drain(ctx context.Context) error {
+	p.failQueued(txnclient.Abortable("produce", errors.New("transaction aborted before the record was sent")))
+	p.poke()
+	return p.waitDrained(ctx)
+}
+
+// ProduceSync produces rs and waits for all of their promises. The results
+// are in the order of rs.
+func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	results := make(kgo.ProduceResults, len(rs))
+	var wg sync.WaitGroup
+	wg.Add(len(rs))
+	for i, r := range rs {
+		p.Produce(ctx, r, func(r *kgo.Record, err error) {
+			results[i] = kgo.ProduceResult{Record: r, Err: err}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// Close aborts a transaction in progress (best effort, within ctx), fails
+// whatever is still buffered, stops the producer's goroutines and closes
+// the kgo client. It returns the abort's error, if any. Calling Close
+// again does nothing.
+func (p *Producer) Close(ctx context.Context) error {
+	if p.closing.Swap(true) {
+		return nil
+	}
+	var err error
+	switch p.txn.State() {
+	case txnclient.StateInTransaction, txnclient.StateAbortableError:
+		err = p.txn.Abort(ctx, p.drain)
+	}
+	p.cancel()
+	<-p.loopDone
+	p.failQueued(errClosed("produce"))
+	p.sends.Wait()
+	p.cl.Close()
+	return err
+}

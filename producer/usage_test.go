@@ -1,0 +1,75 @@
+package producer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/txnclient"
+)
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for name, opts := range map[string][]Opt{
+		"no seeds":        {TransactionalID("x")},
+		"no id":           {SeedBrokers("127.0.0.1:1")},
+		"nil option":      {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), nil},
+		"negative linger": {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), Linger(-time.Second)},
+		"tiny batches":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), BatchMaxBytes(10)},
+		"no buffer":       {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), MaxBufferedRecords(0)},
+		"zero timeout":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), TransactionTimeout(0)},
+		"nil partitioner": {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), Partitioner(nil)},
+		"no in-flight":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), MaxInflightPerBroker(0)},
+	} {
+		_, err := New(opts...)
+		require.ErrorIs(t, err, txnclient.ErrUsage, name)
+	}
+}
+
+// Records outside a transaction, without a topic, or nil fail with
+// ErrUsage and change nothing; a record larger than a batch fails with
+// ErrAbortable (MESSAGE_TOO_LARGE) and dooms the transaction.
+func TestProduceErrors(t *testing.T) {
+	c := newCluster(t)
+	createTopic(t, c, "usage", 1)
+	p := newProducer(t, c, "usage-txn", BatchMaxBytes(1024))
+	ctx := testCtx(t)
+	res := p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: []byte("early")})
+	require.ErrorIs(t, res.FirstErr(), txnclient.ErrUsage, "no transaction yet")
+
+	require.NoError(t, p.BeginTransaction())
+	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Value: []byte("no topic")}).FirstErr(), txnclient.ErrUsage)
+	require.ErrorIs(t, p.ProduceSync(ctx, nil).FirstErr(), txnclient.ErrUsage)
+	require.Equal(t, txnclient.StateInTransaction, p.Transactions().State())
+
+	err := p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: make([]byte, 2000)}).FirstErr()
+	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, kerr.MessageTooLarge)
+	require.ErrorIs(t, p.CommitTransaction(ctx), txnclient.ErrAbortable, "a failed record dooms the commit")
+	require.NoError(t, p.AbortTransaction(ctx))
+
+	require.NoError(t, p.BeginTransaction())
+	require.NoError(t, p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: []byte("fine")}).FirstErr())
+	require.NoError(t, p.CommitTransaction(ctx))
+	require.Len(t, readCommitted(t, c, "usage", 1), 1)
+
+	require.NoError(t, p.Close(ctx))
+	require.ErrorIs(t, p.BeginTransaction(), txnclient.ErrUsage, "closed")
+	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Topic: "usage"}).FirstErr(), txnclient.ErrUsage)
+}
+
+// A transaction timeout above the broker's maximum is a fatal
+// configuration error at InitTransactions.
+func TestTransactionTimeoutAboveBrokerMax(t *testing.T) {
+	c := newCluster(t, broker.MaxTransactionTimeout(5*time.Second))
+	p, err := New(SeedBrokers(c.Bootstrap()...), TransactionalID("too-long"), TransactionTimeout(10*time.Second))
+	require.NoError(t, err)
+	defer p.Close(context.Background())
+	err = p.InitTransactions(testCtx(t))
+	require.ErrorIs(t, err, txnclient.ErrFatal)
+	require.ErrorIs(t, err, kerr.InvalidTransactionTimeout)
+}

@@ -1,0 +1,54 @@
+// Package txnclient is kshare's client transaction manager: coordinator
+// discovery, the transaction state machine, and the error taxonomy that
+// every kshare client package returns.
+//
+// kgo's own transactional producer cannot be used for transactional share
+// acknowledgements: it keeps the producer epoch private, skips EndTxn for a
+// transaction in which it produced nothing (an acknowledgement-only
+// transaction could never commit), and treats INVALID_TXN_STATE from EndTxn
+// as fatal even when it comes from a coordinator that has just lost its
+// partition (KAFKA-21181). So kshare uses kgo only as the transport (a
+// kgo.Client for connections, version negotiation and metadata) and this
+// package owns the transaction.
+//
+// # What it does
+//
+//   - Coordinators: FindCoordinator for key types 0 (group), 1
+//     (transaction) and 2 (share), cached, dropped on NOT_COORDINATOR,
+//     COORDINATOR_NOT_AVAILABLE or a connection error.
+//   - Manager: InitProducerId (with recovery: the current id and epoch are
+//     passed when re-initializing), Begin, Commit, Abort, the states Ready,
+//     InTransaction, Committing, Aborting, AbortableError and FatalError.
+//     On brokers with finalized transaction.version >= 2 (TV2) EndTxn v5
+//     returns the bumped epoch and the client never sends
+//     AddPartitionsToTxn; otherwise it falls back to TV1 (client
+//     AddPartitionsToTxn v3 and AddOffsetsToTxn).
+//   - The stale-answer defense: INVALID_TXN_STATE, PRODUCER_FENCED or
+//     INVALID_PRODUCER_ID_MAPPING from EndTxn (or from a request sent
+//     without talking to the coordinator first) is checked with a fresh
+//     FindCoordinator; if the coordinator moved, the request is retried
+//     there; only the current coordinator's answer is final.
+//   - Share acknowledgements (KIP-1289) staged per transaction and sent at
+//     commit, before EndTxn: AddShareAcksToTxn once per group to the
+//     transaction coordinator, TxnShareAcknowledge once per partition
+//     leader. Without the KIP-1289 APIs and share.version >= 3 on every
+//     broker involved, StageShareAcks returns ErrShareAcksUnsupported and
+//     sends nothing.
+//
+// # Errors
+//
+// Retriable broker errors never reach the caller: they are retried with a
+// jittered exponential backoff (backoff/v4) until the caller's context or
+// the transaction timeout ends, and then come back as ErrAbortable. Every
+// returned error matches one of ErrAbortable (abort the transaction; its
+// work may be redone), ErrFatal (close the producer: fenced, unauthorized,
+// unsupported) or ErrUsage (a call in the wrong state or with bad
+// arguments; nothing changed). ErrShareAcksUnsupported errors also match
+// ErrFatal. The broker's error stays reachable with errors.As:
+//
+//	var ke *kerr.Error
+//	if errors.As(err, &ke) && ke == kerr.ProducerFenced { ... }
+//
+// Most applications use package producer, which drives a Manager; the
+// Manager is exported for the acknowledger and for tests.
+package txnclient

@@ -1,0 +1,57 @@
+package txnclient_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/txnclient"
+)
+
+// A transaction that commits only share acknowledgements, driven directly
+// by a Manager (package producer does the same around its records).
+func Example() {
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:9092"))
+	if err != nil {
+		panic(err)
+	}
+	defer cl.Close()
+	m, err := txnclient.New(txnclient.Config{Client: cl, TransactionalID: "example"})
+	if err != nil {
+		panic(err)
+	}
+	if err := m.InitProducerID(ctx); err != nil {
+		panic(err)
+	}
+	if err := m.Begin(); err != nil {
+		panic(err)
+	}
+	// m.StageShareAcks(ctx, acks, groupMetadata) here.
+	err = m.Commit(ctx, nil)
+	var ke *kerr.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, txnclient.ErrAbortable):
+		_ = m.Abort(ctx, nil) // and redo the work
+	case errors.As(err, &ke) && ke == kerr.ProducerFenced:
+		fmt.Println("fenced by a newer producer")
+	}
+}
+
+// Errors are classified by sentinel, and keep their broker cause.
+func ExampleClassify() {
+	err := txnclient.Classify("commit transaction", kerr.ProducerFenced)
+	var ke *kerr.Error
+	fmt.Println(errors.Is(err, txnclient.ErrFatal), errors.Is(err, txnclient.ErrAbortable), errors.As(err, &ke), ke.Code)
+	err = txnclient.Classify("produce", kerr.MessageTooLarge)
+	fmt.Println(errors.Is(err, txnclient.ErrAbortable))
+	fmt.Println(err)
+	// Output:
+	// true false true 90
+	// true
+	// kshare: produce: abortable transaction error: MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept
+}
