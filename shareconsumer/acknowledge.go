@@ -1,0 +1,226 @@
+package shareconsumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// Ack marks r, a record returned by Poll, with t (AckAccept, AckRelease or
+// AckReject), in Explicit mode. The mark is sent by Commit, CommitAsync,
+// the next Poll or Close; marking a record again before that replaces the
+// mark. It fails with ErrWrongMode outside Explicit mode, ErrInvalidAckType
+// for another type, ErrNotHeld for a record the consumer does not hold, and
+// ErrLockExpired when the record's lock is gone (the broker will deliver it
+// again; do not treat it as processed).
+func (c *Consumer) Ack(r *kgo.Record, t wire.AckType) error {
+	if c.cfg.mode != Explicit {
+		return fmt.Errorf("Ack in %s mode: %w", c.cfg.mode, ErrWrongMode)
+	}
+	if t != wire.AckAccept && t != wire.AckRelease && t != wire.AckReject {
+		return fmt.Errorf("Ack with %s: %w", t, ErrInvalidAckType)
+	}
+	if r == nil {
+		return fmt.Errorf("Ack of a nil record: %w", ErrNotHeld)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return ErrClosed
+	}
+	a, idx, ok := c.held.find(wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	if !ok {
+		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
+	}
+	if !a.usable(time.Now()) {
+		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
+	}
+	switch a.states[idx] {
+	case stDelivered, stDecided:
+	case stBuffered:
+		return fmt.Errorf("%s/%d offset %d was delivered again since Poll returned it: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
+	default:
+		return fmt.Errorf("%s/%d offset %d was not returned by Poll: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
+	}
+	a.states[idx] = stDecided
+	a.decisions[idx] = t
+	c.decided[a] = struct{}{}
+	return nil
+}
+
+// sendDecidedLocked queues every mark made by Ack on the sessions; op, if
+// set, learns the outcome. It reports whether anything was queued.
+func (c *Consumer) sendDecidedLocked(op *ackOp) bool {
+	now := time.Now()
+	js := jobSet{op: op}
+	for a := range c.decided {
+		delete(c.decided, a)
+		if !a.usable(now) {
+			continue
+		}
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			return a.decisions[idx], a.states[idx] == stDecided
+		}))
+		c.held.compact(a.tp)
+	}
+	c.queueLocked(js)
+	return len(js.jobs) > 0
+}
+
+// Commit sends every mark made by Ack and waits for the brokers' answers,
+// within ctx. It returns nil when every partition applied them, an
+// *AckError naming the partitions that did not (a mark whose lock expired
+// is not sent and not reported: the record is delivered again), ctx's error
+// if ctx ends first (the marks are still sent), ErrWrongMode outside
+// Explicit mode, or ErrClosed.
+func (c *Consumer) Commit(ctx context.Context) error {
+	op, err := c.commit(nil)
+	if err != nil || op == nil {
+		return err
+	}
+	select {
+	case <-op.done:
+		return op.result()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CommitAsync sends every mark made by Ack and calls onDone (if not nil)
+// once with what Commit would return. onDone runs on a consumer goroutine
+// (or on the caller's, when there is nothing to send or the call fails) and
+// must not block.
+func (c *Consumer) CommitAsync(onDone func(error)) {
+	op, err := c.commit(onDone)
+	if onDone != nil && (err != nil || op == nil) {
+		onDone(err)
+	}
+}
+
+func (c *Consumer) commit(onDone func(error)) (*ackOp, error) {
+	if c.cfg.mode != Explicit {
+		return nil, fmt.Errorf("Commit in %s mode: %w", c.cfg.mode, ErrWrongMode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil, ErrClosed
+	}
+	op := newAckOp(onDone)
+	if !c.sendDecidedLocked(op) {
+		return nil, nil
+	}
+	return op, nil
+}
+
+// doAck sends a ShareAcknowledge (acknowledgements, renewals, or the final
+// one that closes the session) and applies its answer.
+func (s *session) doAck(st step) {
+	c := s.c
+	resp, err := s.send(st.ack)
+	now := time.Now()
+	final := st.ack.ShareSessionEpoch == finalEpoch
+	c.mu.Lock()
+	var jobErr error
+	var failJobs []*ackJob
+	var ar *kmsg.ShareAcknowledgeResponse
+	switch {
+	case err != nil:
+		jobErr = fmt.Errorf("ShareAcknowledge to node %d: %w", s.node, err)
+		if c.bgCtx.Err() == nil && !final && st.gen == s.gen {
+			failJobs = s.resetLocked(jobErr)
+			s.needMeta = true
+			s.backoffLocked(now)
+		}
+	case st.gen != s.gen:
+		jobErr = fmt.Errorf("share session with node %d was reset: %w", s.node, ErrLockExpired)
+	default:
+		ar = resp.(*kmsg.ShareAcknowledgeResponse)
+		if ar.ErrorCode != 0 {
+			jobErr = fmt.Errorf("ShareAcknowledge to node %d: %w%s", s.node, kerr.ErrorForCode(ar.ErrorCode), detail(ar.ErrorMessage))
+			if !final {
+				failJobs = s.resetLocked(jobErr)
+				s.topLevelErrorLocked(ar.ErrorCode, jobErr, now)
+			}
+		}
+	}
+	if jobErr != nil {
+		for _, srs := range st.renews {
+			for _, sr := range srs {
+				sr.renewing = false
+			}
+		}
+		c.mu.Unlock()
+		failAll(st.jobs, jobErr)
+		failAll(failJobs, jobErr)
+		return
+	}
+	if final {
+		s.epoch = openEpoch
+	} else {
+		s.epoch = nextEpoch(st.ack.ShareSessionEpoch)
+		s.bo.Reset()
+	}
+	failed := make(map[wire.TopicPartition]error)
+	answered := make(map[wire.TopicPartition]bool)
+	for _, t := range ar.Topics {
+		name := c.topicNames[t.TopicID]
+		for _, p := range t.Partitions {
+			tp := wire.TopicPartition{Topic: name, Partition: p.Partition}
+			answered[tp] = true
+			if p.ErrorCode == 0 {
+				continue
+			}
+			failed[tp] = fmt.Errorf("node %d: %w%s", s.node, kerr.ErrorForCode(p.ErrorCode), detail(p.ErrorMessage))
+			switch p.ErrorCode {
+			case kerr.NotLeaderForPartition.Code, kerr.FencedLeaderEpoch.Code, kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code:
+				if !final {
+					s.needMeta = true
+					c.held.kill(func(a *acquisition) bool { return a.sess == s && a.tp == tp })
+				}
+			}
+		}
+	}
+	for _, req := range st.ack.Topics {
+		name := c.topicNames[req.TopicID]
+		for _, p := range req.Partitions {
+			tp := wire.TopicPartition{Topic: name, Partition: p.Partition}
+			if !answered[tp] {
+				failed[tp] = errNoResponse
+			}
+		}
+	}
+	if st.renews != nil {
+		s.applyRenewLocked(st, ar.AcquisitionLockTimeoutMillis, failed)
+	}
+	c.mu.Unlock()
+	for _, j := range st.jobs {
+		for tp := range j.parts {
+			j.fail(tp, failed[tp])
+		}
+		s.finishJob(j)
+	}
+}
+
+// finishJob reports a job's outcome; failures of acknowledgements that
+// nobody waits for (Implicit mode, gaps) are logged instead.
+func (s *session) finishJob(j *ackJob) {
+	if j.op == nil {
+		for tp, err := range j.failed {
+			lvl := slog.LevelWarn
+			if j.quiet {
+				lvl = slog.LevelDebug
+			}
+			s.c.logger.Log(context.Background(), lvl, "share acknowledgement failed; the broker will deliver the records again",
+				"topic", tp.Topic, "partition", tp.Partition, "err", err)
+		}
+	}
+	j.finish()
+}

@@ -1,0 +1,411 @@
+package shareconsumer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// Consumer is a KIP-932 share-group consumer on kgo's transport. It joins
+// the share group with ShareGroupHeartbeat, keeps one share session per
+// partition leader, fetches with ShareFetch and acknowledges according to
+// its AckMode. Poll, Ack, Commit, Acks and the lookups may be called from
+// several goroutines; only one Poll runs at a time.
+type Consumer struct {
+	cfg      config
+	cl       *kgo.Client
+	logger   *slog.Logger
+	memberID string
+	decomp   kgo.Decompressor
+
+	// bgCtx bounds every request of the background goroutines; it ends
+	// when Close is done or gives up.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	hbCtx    context.Context // ends the heartbeat loop
+	hbCancel context.CancelFunc
+	hbDone   chan struct{}
+	hbWake   chan struct{}
+	sessWG   sync.WaitGroup
+
+	pollMu  sync.Mutex    // one Poll at a time
+	ready   chan struct{} // a fetch was buffered or an error queued
+	closeCh chan struct{} // closed when Close begins
+
+	mu           sync.Mutex
+	closing      bool
+	epoch        int32
+	assigned     map[wire.TopicPartition]struct{}
+	unresolved   map[[16]byte][]int32
+	topicIDs     map[string][16]byte
+	topicNames   map[[16]byte]string
+	leaders      map[wire.TopicPartition]int32
+	sessions     map[int32]*session
+	sessOrder    []*session
+	pollStart    int
+	held         heldSet
+	lastPoll     []*acquisition // Implicit: acquisitions the last Poll delivered from
+	decided      map[*acquisition]struct{}
+	errs         []error
+	renewWarned  bool
+	renewMissing map[int32]bool // nodes known to lack ShareAcknowledge v2
+}
+
+// New creates a Consumer and starts its heartbeat loop, which joins the
+// group. It fails on missing or invalid options or when the kgo client
+// cannot be created; it does not wait for the cluster.
+func New(opts ...Opt) (*Consumer, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("shareconsumer: nil option")
+		}
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("shareconsumer: %w", err)
+	}
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.seeds...),
+		kgo.WithLogger(slogAdapter{cfg.logger}),
+		kgo.ConnIdleTimeout(connIdleTimeout),
+	}
+	cl, err := kgo.NewClient(append(kopts, cfg.kgoOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("shareconsumer: kgo client: %w", err)
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("shareconsumer: member id: %w", err)
+	}
+	c := &Consumer{
+		cfg:          cfg,
+		cl:           cl,
+		memberID:     base64.RawURLEncoding.EncodeToString(id[:]),
+		decomp:       kgo.DefaultDecompressor(),
+		hbDone:       make(chan struct{}),
+		hbWake:       make(chan struct{}, 1),
+		ready:        make(chan struct{}, 1),
+		closeCh:      make(chan struct{}),
+		assigned:     make(map[wire.TopicPartition]struct{}),
+		topicIDs:     make(map[string][16]byte),
+		topicNames:   make(map[[16]byte]string),
+		leaders:      make(map[wire.TopicPartition]int32),
+		sessions:     make(map[int32]*session),
+		decided:      make(map[*acquisition]struct{}),
+		renewMissing: make(map[int32]bool),
+	}
+	c.logger = cfg.logger.With("group", cfg.group, "member_id", c.memberID)
+	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
+	c.hbCtx, c.hbCancel = context.WithCancel(c.bgCtx)
+	go c.heartbeatLoop()
+	return c, nil
+}
+
+// Client returns the underlying kgo client, for admin requests. Do not
+// close it: Close does.
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Mode returns the acknowledgement mode.
+func (c *Consumer) Mode() AckMode { return c.cfg.mode }
+
+// GroupMetadata identifies this member for transactional acknowledgements:
+// the group id, the member id and the current member epoch (0 until the
+// coordinator has answered the first heartbeat).
+func (c *Consumer) GroupMetadata() wire.ShareGroupMetadata {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return wire.ShareGroupMetadata{GroupID: c.cfg.group, MemberID: c.memberID, MemberEpoch: c.epoch}
+}
+
+// Assigned returns the partitions the coordinator assigned to this member
+// and that the consumer could map to topic names, sorted.
+func (c *Consumer) Assigned() []wire.TopicPartition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]wire.TopicPartition, 0, len(c.assigned))
+	for tp := range c.assigned {
+		out = append(out, tp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// DeliveryCount returns how many times the broker has delivered r (1 on
+// the first delivery), and false if the consumer does not hold r (it was
+// not returned by Poll, or has been acknowledged or forgotten since). It
+// identifies r by topic, partition and offset, so after a redelivery to
+// this consumer it describes the latest delivery that Poll returned.
+func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, idx, ok := c.held.find(wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	if !ok || a.states[idx] == stBuffered {
+		return 0, false
+	}
+	return a.deliveries, true
+}
+
+// LockDeadline returns when the acquisition lock of r ends, as computed
+// from the broker's AcquisitionLockTimeoutMillis and the time the fetch was
+// sent (so it errs early), moved forward by renewals. The second result is
+// false if the consumer does not hold r.
+func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, idx, ok := c.held.find(wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	if !ok || a.states[idx] == stBuffered {
+		return time.Time{}, false
+	}
+	return c.held.lockDeadline(a, idx), true
+}
+
+// Poll waits until records are available, ctx ends or the consumer closes,
+// and returns the records of every leader's latest fetch. Records whose
+// lock expired while buffered are dropped. In Implicit mode, it first
+// accepts every record of the previous Poll; in Explicit mode it sends what
+// Ack marked since the last send. Those acknowledgements travel with the
+// next ShareFetch of each leader.
+//
+// Poll returns either records or an error: ctx's error, ErrClosed, or an
+// error the consumer met in the background and cannot fix by itself
+// (authorization, an unknown topic); the consumer keeps running after the
+// latter.
+func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	switch c.cfg.mode {
+	case Implicit:
+		c.acceptLastPollLocked(nil)
+	case Explicit:
+		c.sendDecidedLocked(nil)
+	}
+	c.held.sweep(time.Now())
+	for {
+		if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
+			c.mu.Unlock()
+			return recs, nil
+		}
+		if len(c.errs) > 0 {
+			err := errors.Join(c.errs...)
+			c.errs = nil
+			c.mu.Unlock()
+			return nil, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closeCh:
+			return nil, ErrClosed
+		case <-c.ready:
+		}
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+	}
+}
+
+// takeReadyLocked takes the buffered fetch of every session, marks its
+// records delivered and lets the sessions fetch again. Sessions are visited
+// from a rotating start so that none is always first.
+func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
+	var out []*kgo.Record
+	n := len(c.sessOrder)
+	for i := range n {
+		s := c.sessOrder[(c.pollStart+i)%n]
+		res := s.buffered
+		if res == nil {
+			continue
+		}
+		s.buffered = nil
+		s.poke()
+		for _, g := range res.groups {
+			a := g.acq
+			if !a.usable(now) {
+				for _, r := range g.recs {
+					a.set(int(r.Offset-a.first), stFree)
+				}
+				c.held.compact(a.tp)
+				continue
+			}
+			for _, r := range g.recs {
+				idx := int(r.Offset - a.first)
+				if a.states[idx] == stBuffered {
+					a.states[idx] = stDelivered
+					out = append(out, r)
+				}
+			}
+			if c.cfg.mode == Implicit {
+				c.lastPoll = append(c.lastPoll, a)
+			}
+		}
+	}
+	if n > 0 {
+		c.pollStart = (c.pollStart + 1) % n
+	}
+	return out
+}
+
+// acceptLastPollLocked accepts every record of the last Poll that is still
+// delivered and whose lock stands, and queues the acknowledgements on the
+// sessions. op, if set, learns the outcome.
+func (c *Consumer) acceptLastPollLocked(op *ackOp) {
+	now := time.Now()
+	js := jobSet{op: op}
+	for _, a := range c.lastPoll {
+		if !a.usable(now) {
+			continue
+		}
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			return wire.AckAccept, a.states[idx] == stDelivered
+		}))
+		c.held.compact(a.tp)
+	}
+	clear(c.lastPoll)
+	c.lastPoll = c.lastPoll[:0]
+	c.queueLocked(js)
+}
+
+// queueLocked hands each session its job and wakes it. Jobs of a session
+// whose lock was lost fail at once.
+func (c *Consumer) queueLocked(js jobSet) {
+	if js.op != nil {
+		js.op.remaining = len(js.jobs)
+	}
+	for s, j := range js.jobs {
+		s.outbox = append(s.outbox, j)
+		s.poke()
+	}
+}
+
+// signalReady wakes a waiting Poll.
+func (c *Consumer) signalReady() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// queueErrLocked keeps an error for the next Poll.
+func (c *Consumer) queueErrLocked(err error) {
+	const maxQueued = 16
+	if len(c.errs) < maxQueued {
+		c.errs = append(c.errs, err)
+	}
+	c.signalReady()
+}
+
+// Close leaves the group cleanly, within ctx: in Implicit mode it accepts
+// the records of the last Poll, in Explicit mode it sends what Ack marked,
+// and in every mode it releases the records the application holds without
+// a decision (in Transactional mode: records never handed to a
+// transaction) and the fetched records Poll never returned. Records staged
+// in a transaction are left alone, so close the consumer after the last
+// transaction has ended. Then it closes each share session, leaves the
+// group and closes the kgo client. It returns the acknowledgements that
+// failed (*AckError) or the leave error; the consumer is closed either
+// way. Calling Close again returns nil.
+func (c *Consumer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil
+	}
+	op := newAckOp(nil)
+	js := jobSet{op: op}
+	now := time.Now()
+	if c.cfg.mode == Implicit {
+		for _, a := range c.lastPoll {
+			if a.usable(now) {
+				js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+					return wire.AckAccept, a.states[idx] == stDelivered
+				}))
+			}
+		}
+		c.lastPoll = nil
+	}
+	for _, p := range c.held.parts {
+		for _, a := range p.acqs {
+			if !a.usable(now) {
+				continue
+			}
+			js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+				switch a.states[idx] {
+				case stDecided:
+					return a.decisions[idx], true
+				case stBuffered, stDelivered:
+					return wire.AckRelease, true
+				}
+				return 0, false
+			}))
+		}
+	}
+	for _, s := range c.sessOrder {
+		s.buffered = nil
+	}
+	clear(c.decided)
+	c.queueLocked(js)
+	c.closing = true
+	close(c.closeCh)
+	for _, s := range c.sessOrder {
+		s.poke()
+	}
+	c.mu.Unlock()
+	if len(js.jobs) == 0 {
+		op.complete()
+	}
+
+	sessDone := make(chan struct{})
+	go func() {
+		c.sessWG.Wait()
+		close(sessDone)
+	}()
+	select {
+	case <-sessDone:
+	case <-ctx.Done():
+		c.bgCancel()
+		<-sessDone
+	}
+	c.hbCancel()
+	<-c.hbDone
+	var errs []error
+	select {
+	case <-op.done:
+		if err := op.result(); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		errs = append(errs, fmt.Errorf("final acknowledgements not confirmed: %w", context.Cause(ctx)))
+	}
+	if err := c.leave(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	c.bgCancel()
+	c.cl.Close()
+	c.logger.Debug("share consumer closed")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,79 @@
+// Package shareconsumer is kshare's KIP-932 share-group consumer, with an
+// acknowledgement mode in which acknowledgements commit atomically with a
+// Kafka transaction (KIP-1289).
+//
+// It uses kgo as the transport (connections, TLS/SASL, version negotiation,
+// metadata, record decoding with kgo.ProcessFetchPartition, kgo.Record) and
+// runs the share-group protocol itself: a ShareGroupHeartbeat loop that
+// joins the group, follows assignment changes and rejoins with epoch 0 when
+// the coordinator fences the member (FENCED_MEMBER_EPOCH,
+// UNKNOWN_MEMBER_ID); one share session per partition leader, owned by one
+// goroutine that sends ShareFetch and ShareAcknowledge strictly one at a
+// time with the session epochs KIP-932 prescribes; leader moves
+// (NOT_LEADER_OR_FOLLOWER and friends) trigger a metadata refresh and move
+// the partition to the new leader's session. Only records inside the
+// broker's AcquiredRecords ranges are returned; acquired offsets without a
+// record (control records, compacted gaps) are acknowledged GAP at once.
+//
+// kgo's own share consumer cannot serve exactly-once pipelines: it accepts
+// every record of a poll on the next poll, so a record whose
+// acknowledgement belonged to an aborted transaction would be accepted
+// anyway. This consumer never acknowledges in Transactional mode.
+//
+// # Acknowledgement modes
+//
+// Implicit (the default, as in KIP-932): every record a Poll returns is
+// accepted when Poll is called again, or at Close. The acceptance travels
+// with the next ShareFetch to its leader.
+//
+// Explicit: the application marks records with Ack (ACCEPT, RELEASE or
+// REJECT); Commit (synchronous), CommitAsync, the next Poll and Close send
+// the marks. Records never marked stay locked until their lock runs out,
+// and Close releases them.
+//
+// Transactional: the consumer never acknowledges a record by itself. The
+// application turns polled records into a *wire.ShareAcks with Acks and
+// hands it to a transaction (producer.SendShareAcksToTransaction, or the
+// acknowledger package). The ShareAcks' Tracker is the consumer, which
+// thereby learns:
+//
+//   - Stage: the records join a transaction. The consumer refuses (with
+//     ErrLockExpired, which the producer reports as abortable) a record
+//     whose acquisition lock has passed or was lost, and from then on
+//     renews the records' locks (ShareAcknowledge RENEW, KIP-1222) when
+//     less than half of the lock duration is left, until the transaction
+//     ends. A transaction (or an acknowledger checkpoint) may thus stay
+//     open longer than the lock duration without the records being
+//     delivered to anyone else. Brokers without ShareAcknowledge v2 cannot
+//     renew; the consumer logs it once and the records keep their first
+//     lock.
+//   - Resolve(committed): the transaction ended. Committed records are
+//     forgotten. After an abort the broker makes every record whose
+//     acknowledgement reached it available again; records whose
+//     acknowledgement never left the client (the producer sends them at
+//     commit, so an abort before commit leaves them all locked) are
+//     released by the consumer (ShareAcknowledge RELEASE), so the group
+//     gets them again at once. That release is the only acknowledgement a
+//     Transactional consumer ever sends, besides GAP for offsets without a
+//     record and RENEW.
+//
+// Close releases the records that were never put into a transaction.
+//
+// Delivery counts: every delivery raises a record's count; an aborted
+// transaction does not (the broker puts its records back as they were),
+// but the redelivery that follows does, so a record whose transactions
+// keep aborting reaches the group's share.delivery.count.limit and is
+// archived.
+//
+// # Records, delivery counts and locks
+//
+// Poll returns *kgo.Record values. kgo.Record has no room for the share
+// fields, so the consumer answers for them: DeliveryCount(r) and
+// LockDeadline(r) look the record up by topic, partition and offset. The
+// lock deadline is the time the fetch was sent plus the broker's
+// AcquisitionLockTimeoutMillis, so it errs early.
+//
+// Records fetched ahead of Poll hold locks too: each leader's session
+// fetches again as soon as Poll took its previous fetch, and Poll drops
+// records whose lock ran out while they waited.
+package shareconsumer

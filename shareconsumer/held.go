@@ -1,0 +1,235 @@
+package shareconsumer
+
+import (
+	"sort"
+	"time"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// recState is where one acquired offset stands, as the consumer sees it.
+type recState uint8
+
+const (
+	// stFree: nothing left to do for the offset (no record there, already
+	// acknowledged, forgotten, or superseded by a newer acquisition).
+	stFree recState = iota
+	// stBuffered: fetched, waiting for Poll.
+	stBuffered
+	// stDelivered: returned by Poll, no decision yet.
+	stDelivered
+	// stDecided: Explicit mode, marked by Ack, acknowledgement not sent.
+	stDecided
+	// stStaged: Transactional mode, handed to a transaction (Tracker.Stage)
+	// and not yet resolved.
+	stStaged
+)
+
+// acquisition is one AcquiredRecords range of one ShareFetch response: the
+// offsets a leader locked for this member in one go, with one delivery count
+// and one lock deadline.
+type acquisition struct {
+	tp         wire.TopicPartition
+	topicID    [16]byte
+	sess       *session
+	first      int64
+	deliveries int16
+	deadline   time.Time
+	lockDur    time.Duration
+	states     []recState
+	decisions  []wire.AckType // Explicit mode: the type Ack gave each offset
+	live       int            // offsets not stFree
+	// dead is set when the lock is known to be lost (session reset, leader
+	// moved, member fenced); the records must not be acknowledged.
+	dead bool
+}
+
+func (a *acquisition) last() int64 { return a.first + int64(len(a.states)) - 1 }
+
+func (a *acquisition) contains(off int64) bool { return off >= a.first && off <= a.last() }
+
+// usable reports whether the lock of the acquisition still stands.
+func (a *acquisition) usable(now time.Time) bool { return !a.dead && now.Before(a.deadline) }
+
+func (a *acquisition) set(idx int, st recState) {
+	switch {
+	case a.states[idx] == stFree && st != stFree:
+		a.live++
+	case a.states[idx] != stFree && st == stFree:
+		a.live--
+	}
+	a.states[idx] = st
+}
+
+// take frees the offsets for which pick returns true and returns them as
+// acknowledgement batches, consecutive offsets of one type merged.
+func (a *acquisition) take(pick func(idx int) (wire.AckType, bool)) []wire.AcknowledgementBatch {
+	var out []wire.AcknowledgementBatch
+	for i, st := range a.states {
+		if st == stFree {
+			continue
+		}
+		t, ok := pick(i)
+		if !ok {
+			continue
+		}
+		a.set(i, stFree)
+		off := a.first + int64(i)
+		if n := len(out); n > 0 && out[n-1].LastOffset == off-1 && out[n-1].AcknowledgeType == t {
+			out[n-1].LastOffset = off
+			continue
+		}
+		out = append(out, wire.AcknowledgementBatch{FirstOffset: off, LastOffset: off, AcknowledgeType: t})
+	}
+	return out
+}
+
+// stagedRec is one record handed to a transaction in Transactional mode.
+type stagedRec struct {
+	unit     *wire.ShareAcks // the Stage call it belongs to
+	acq      *acquisition
+	off      int64
+	deadline time.Time // lock deadline, moved forward by renewals
+	renewing bool      // a RENEW is in flight
+	// stopped is set when a renewal failed: the record is TX_PENDING at
+	// the broker (its lock no longer runs) or its lock is gone.
+	stopped bool
+}
+
+// partState is what the consumer holds in one partition.
+type partState struct {
+	acqs   []*acquisition
+	staged map[int64]*stagedRec
+}
+
+// heldSet is every record the consumer holds. All of it is guarded by the
+// consumer's mutex.
+type heldSet struct {
+	parts map[wire.TopicPartition]*partState
+}
+
+func (h *heldSet) part(tp wire.TopicPartition) *partState {
+	if h.parts == nil {
+		h.parts = make(map[wire.TopicPartition]*partState)
+	}
+	p := h.parts[tp]
+	if p == nil {
+		p = &partState{}
+		h.parts[tp] = p
+	}
+	return p
+}
+
+// find returns the acquisition holding offset off of tp and the offset's
+// index in it. Only one acquisition holds an offset: a newer one frees it
+// in the older.
+func (h *heldSet) find(tp wire.TopicPartition, off int64) (*acquisition, int, bool) {
+	p := h.parts[tp]
+	if p == nil {
+		return nil, 0, false
+	}
+	for i := len(p.acqs) - 1; i >= 0; i-- {
+		a := p.acqs[i]
+		if a.contains(off) {
+			idx := int(off - a.first)
+			if a.states[idx] != stFree {
+				return a, idx, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// add registers a new acquisition. The broker locked its offsets for us
+// anew, so any older hold of them (an expired lock, an aborted transaction)
+// is over: it is freed, and a staged record of it is dropped, so that its
+// transaction's Resolve leaves the new hold alone.
+func (h *heldSet) add(a *acquisition) {
+	p := h.part(a.tp)
+	for _, old := range p.acqs {
+		lo, hi := max(old.first, a.first), min(old.last(), a.last())
+		for off := lo; off <= hi; off++ {
+			idx := int(off - old.first)
+			if old.states[idx] == stFree {
+				continue
+			}
+			if sr := p.staged[off]; sr != nil && sr.acq == old {
+				delete(p.staged, off)
+			}
+			old.set(idx, stFree)
+		}
+	}
+	p.acqs = append(p.acqs, a)
+	h.compact(a.tp)
+}
+
+// compact drops the acquisitions of tp with nothing left, and tp itself
+// when it holds nothing.
+func (h *heldSet) compact(tp wire.TopicPartition) {
+	p := h.parts[tp]
+	if p == nil {
+		return
+	}
+	kept := p.acqs[:0]
+	for _, a := range p.acqs {
+		if a.live > 0 {
+			kept = append(kept, a)
+		}
+	}
+	clear(p.acqs[len(kept):])
+	p.acqs = kept
+	if len(p.acqs) == 0 && len(p.staged) == 0 {
+		delete(h.parts, tp)
+	}
+}
+
+// sweep forgets what can no longer be acknowledged: offsets of dead or
+// expired acquisitions, except staged ones, which wait for their
+// transaction's Resolve. An expired acquisition is kept for one more lock
+// duration, so that acknowledging its records in that time fails with
+// ErrLockExpired rather than ErrNotHeld.
+func (h *heldSet) sweep(now time.Time) {
+	for tp, p := range h.parts {
+		for _, a := range p.acqs {
+			if now.Before(a.deadline.Add(a.lockDur)) {
+				continue
+			}
+			for i, st := range a.states {
+				if st != stFree && st != stStaged {
+					a.set(i, stFree)
+				}
+			}
+		}
+		h.compact(tp)
+	}
+}
+
+// kill marks every acquisition for which match returns true as dead: the
+// broker no longer holds those locks for us.
+func (h *heldSet) kill(match func(*acquisition) bool) {
+	for _, p := range h.parts {
+		for _, a := range p.acqs {
+			if match(a) {
+				a.dead = true
+			}
+		}
+	}
+}
+
+// lockDeadline is the deadline of the record at idx of a: a staged record's
+// renewals move it.
+func (h *heldSet) lockDeadline(a *acquisition, idx int) time.Time {
+	if a.states[idx] == stStaged {
+		if sr := h.parts[a.tp].staged[a.first+int64(idx)]; sr != nil && sr.acq == a {
+			return sr.deadline
+		}
+	}
+	return a.deadline
+}
+
+// sortedBatches sorts batches by first offset; batches of one partition
+// never overlap, since every offset is acknowledged once.
+func sortedBatches(b []wire.AcknowledgementBatch) []wire.AcknowledgementBatch {
+	sort.Slice(b, func(i, j int) bool { return b[i].FirstOffset < b[j].FirstOffset })
+	return b
+}

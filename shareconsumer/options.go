@@ -1,0 +1,171 @@
+package shareconsumer
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// AckMode says who acknowledges the records a Consumer delivers, and when.
+type AckMode int8
+
+// The acknowledgement modes; see the package documentation.
+const (
+	// Implicit accepts every record of a poll when the next Poll (or
+	// Close) is called: KIP-932's default.
+	Implicit AckMode = iota
+	// Explicit acknowledges only what the application marks with Ack;
+	// Commit, CommitAsync, the next Poll and Close send the marks.
+	// Records left unmarked are released on Close.
+	Explicit
+	// Transactional never acknowledges on its own: the application turns
+	// records into wire.ShareAcks with Acks and commits them in a Kafka
+	// transaction (producer or acknowledger package).
+	Transactional
+)
+
+// String names the mode.
+func (m AckMode) String() string {
+	switch m {
+	case Implicit:
+		return "implicit"
+	case Explicit:
+		return "explicit"
+	case Transactional:
+		return "transactional"
+	}
+	return fmt.Sprintf("AckMode(%d)", int8(m))
+}
+
+// Opt configures a Consumer; see New.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	seeds      []string
+	group      string
+	topics     []string
+	mode       AckMode
+	maxRecords int32
+	maxWait    time.Duration
+	maxBytes   int32
+	logger     *slog.Logger
+	kgoOpts    []kgo.Opt
+}
+
+// Defaults. The fetch sizes and the wait are kgo's share-consumer defaults,
+// so that the two consumers compare on equal terms.
+const (
+	DefaultMaxPollRecords = 500
+	DefaultMaxWait        = 500 * time.Millisecond
+	DefaultFetchMaxBytes  = 50 << 20
+	// connIdleTimeout replaces kgo's 20s default: the broker ties a share
+	// session to its connection and releases every record of the session
+	// when the connection closes, so an application that holds records
+	// between polls must not lose them to an idle-connection reaper.
+	connIdleTimeout = 10 * time.Minute
+)
+
+func defaultConfig() config {
+	return config{
+		mode:       Implicit,
+		maxRecords: DefaultMaxPollRecords,
+		maxWait:    DefaultMaxWait,
+		maxBytes:   DefaultFetchMaxBytes,
+		logger:     slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case len(c.seeds) == 0:
+		return errors.New("no seed brokers (use SeedBrokers)")
+	case c.group == "":
+		return errors.New("no share group (use Group)")
+	case len(c.topics) == 0:
+		return errors.New("no topics (use Topics)")
+	case c.mode != Implicit && c.mode != Explicit && c.mode != Transactional:
+		return fmt.Errorf("unknown ack mode %v", c.mode)
+	case c.maxRecords <= 0:
+		return fmt.Errorf("max poll records %d is not positive", c.maxRecords)
+	case c.maxWait <= 0 || c.maxWait/time.Millisecond > 1<<31-1:
+		return fmt.Errorf("max wait %v is out of range", c.maxWait)
+	case c.maxBytes <= 0:
+		return fmt.Errorf("fetch max bytes %d is not positive", c.maxBytes)
+	case c.logger == nil:
+		return errors.New("nil logger")
+	}
+	for _, t := range c.topics {
+		if t == "" {
+			return errors.New("empty topic name")
+		}
+	}
+	return nil
+}
+
+// SeedBrokers sets the host:port addresses used to discover the cluster.
+// Required.
+func SeedBrokers(addrs ...string) Opt {
+	return optFunc(func(c *config) { c.seeds = append(c.seeds, addrs...) })
+}
+
+// Group sets the share group to join. Required. A share group starts
+// reading at the latest offset unless its share.auto.offset.reset group
+// config says "earliest".
+func Group(id string) Opt { return optFunc(func(c *config) { c.group = id }) }
+
+// Topics sets the topics to subscribe to. Required. The group coordinator
+// assigns their partitions to the members of the group.
+func Topics(topics ...string) Opt {
+	return optFunc(func(c *config) { c.topics = append(c.topics, topics...) })
+}
+
+// Mode sets the acknowledgement mode (default Implicit).
+func Mode(m AckMode) Opt { return optFunc(func(c *config) { c.mode = m }) }
+
+// MaxPollRecords sets the MaxRecords and BatchSize of every ShareFetch
+// (default 500): how many records one leader hands out per fetch. The
+// broker may exceed it to keep record batches whole, and a Poll returns the
+// fetches of every leader, so a Poll can return more.
+func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords = n }) }
+
+// MaxWait sets how long a leader may hold a ShareFetch when it has no
+// records (default 500ms). It also bounds how long a queued acknowledgement
+// waits behind a fetch in flight.
+func MaxWait(d time.Duration) Opt { return optFunc(func(c *config) { c.maxWait = d }) }
+
+// FetchMaxBytes caps the bytes of one ShareFetch response (default 50 MiB).
+func FetchMaxBytes(n int32) Opt { return optFunc(func(c *config) { c.maxBytes = n }) }
+
+// DialTLSConfig turns TLS on for every connection (kgo.DialTLSConfig).
+func DialTLSConfig(cfg *tls.Config) Opt {
+	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, kgo.DialTLSConfig(cfg)) })
+}
+
+// SASL authenticates every connection with the first mechanism the broker
+// supports (kgo.SASL).
+func SASL(mechanisms ...sasl.Mechanism) Opt {
+	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, kgo.SASL(mechanisms...)) })
+}
+
+// KgoOpts passes transport options (dialer, client id, request timeouts,
+// version pins, ConnIdleTimeout, ...) to the underlying kgo.Client. kgo's
+// consumer and group options have no effect: the Consumer does its own
+// consuming. The Consumer raises kgo's ConnIdleTimeout to 10 minutes,
+// because closing a share session's connection releases its records; a
+// ConnIdleTimeout given here wins.
+func KgoOpts(opts ...kgo.Opt) Opt {
+	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, opts...) })
+}
+
+// Logger sets the structured logger (default: discard). kgo's own log lines
+// go to it too.
+func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }

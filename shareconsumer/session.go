@@ -1,0 +1,548 @@
+package shareconsumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// Share session epochs (KIP-932): 0 opens a session, -1 closes it, and
+// every other request carries the next epoch, wrapping to 1.
+const (
+	openEpoch  int32 = 0
+	finalEpoch int32 = -1
+)
+
+func nextEpoch(e int32) int32 {
+	if e == 1<<31-1 {
+		return 1
+	}
+	return e + 1
+}
+
+// requestGrace is added to MaxWait to bound one share request: a healthy
+// broker answers within MaxWait plus the round trip.
+const requestGrace = 15 * time.Second
+
+// ackMaxWait caps the MaxWait of a ShareFetch that carries
+// acknowledgements.
+const ackMaxWait = 500 * time.Millisecond
+
+// session is the share session with one partition leader, and the
+// goroutine that owns it: it alone sends ShareFetch and ShareAcknowledge to
+// that leader, one at a time, as the broker requires. Fields are guarded by
+// the consumer's mutex.
+type session struct {
+	c    *Consumer
+	node int32
+	wake chan struct{}
+
+	want      map[wire.TopicPartition]struct{} // assigned partitions this node leads
+	inSession map[wire.TopicPartition]struct{} // partitions the broker's session holds
+	epoch     int32
+	gen       uint64 // bumped at every reset; answers to older requests are stale
+	buffered  *fetchResult
+	outbox    []*ackJob
+	retryAt   time.Time
+	bo        backoff.BackOff
+	needMeta  bool
+	lockDur   time.Duration
+	renewCap  int8 // 0 unknown, 1 ShareAcknowledge v2 (RENEW), -1 not
+}
+
+// fetchResult is one ShareFetch's records, grouped by acquisition.
+type fetchResult struct {
+	groups []acqRecords
+}
+
+type acqRecords struct {
+	acq  *acquisition
+	recs []*kgo.Record
+}
+
+// sessionLocked returns the session with node, starting it if needed; nil
+// once the consumer is closing.
+func (c *Consumer) sessionLocked(node int32) *session {
+	if s := c.sessions[node]; s != nil {
+		return s
+	}
+	if c.closing {
+		return nil
+	}
+	s := &session{
+		c:         c,
+		node:      node,
+		wake:      make(chan struct{}, 1),
+		want:      make(map[wire.TopicPartition]struct{}),
+		inSession: make(map[wire.TopicPartition]struct{}),
+		bo:        newBackoff(),
+	}
+	c.sessions[node] = s
+	c.sessOrder = append(c.sessOrder, s)
+	c.sessWG.Add(1)
+	go s.run()
+	return s
+}
+
+func (s *session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+type stepKind int
+
+const (
+	stepWait stepKind = iota
+	stepMeta
+	stepProbe
+	stepFetch
+	stepAck
+	stepClose
+	stepFail
+	stepExit
+)
+
+// step is what the session does next, decided under the consumer's mutex
+// and carried out without it.
+type step struct {
+	kind   stepKind
+	until  time.Time // stepWait: zero waits for a wake-up only
+	fetch  *kmsg.ShareFetchRequest
+	ack    *kmsg.ShareAcknowledgeRequest
+	jobs   []*ackJob
+	renews map[wire.TopicPartition][]*stagedRec
+	gen    uint64
+	sentAt time.Time
+	err    error // stepFail: why jobs fail
+}
+
+func (s *session) run() {
+	defer s.c.sessWG.Done()
+	defer s.failOutbox(ErrClosed)
+	for {
+		s.c.mu.Lock()
+		st := s.nextLocked(time.Now())
+		s.c.mu.Unlock()
+		switch st.kind {
+		case stepExit:
+			return
+		case stepWait:
+			if !s.sleep(st.until) {
+				return
+			}
+		case stepMeta:
+			s.refreshMeta()
+		case stepProbe:
+			s.probeRenew()
+		case stepFetch:
+			s.doFetch(st)
+		case stepAck:
+			s.doAck(st)
+		case stepClose:
+			s.doAck(st)
+			return
+		case stepFail:
+			failAll(st.jobs, st.err)
+		}
+		if s.c.bgCtx.Err() != nil {
+			return
+		}
+	}
+}
+
+// sleep waits for a wake-up or until (if set); false when the consumer is
+// being torn down.
+func (s *session) sleep(until time.Time) bool {
+	var timer <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-s.wake:
+	case <-timer:
+	case <-s.c.bgCtx.Done():
+		return false
+	}
+	return true
+}
+
+// failOutbox fails every queued job; the session is going away.
+func (s *session) failOutbox(err error) {
+	s.c.mu.Lock()
+	jobs := s.outbox
+	s.outbox = nil
+	s.c.mu.Unlock()
+	for _, j := range jobs {
+		j.failAll(err)
+	}
+}
+
+// nextLocked decides the next step: close when the consumer closes; renew
+// locks that are due; fetch when no fetch is buffered (carrying queued
+// acknowledgements) or when partitions must leave the session; otherwise
+// send queued acknowledgements on their own; otherwise wait.
+func (s *session) nextLocked(now time.Time) step {
+	c := s.c
+	if c.closing {
+		if s.epoch == openEpoch {
+			return step{kind: stepExit}
+		}
+		return s.closeStepLocked(now)
+	}
+	if now.Before(s.retryAt) {
+		return step{kind: stepWait, until: s.retryAt}
+	}
+	if s.needMeta {
+		s.needMeta = false
+		return step{kind: stepMeta}
+	}
+	due, nextDue := s.dueRenewalsLocked(now)
+	if len(due) > 0 && s.epoch != openEpoch {
+		switch s.renewCap {
+		case 0:
+			return step{kind: stepProbe}
+		case 1:
+			return s.renewStepLocked(now, due)
+		default:
+			s.renewUnsupportedLocked(due)
+		}
+	}
+	// A ShareFetch fetches every partition of the session, so none goes
+	// out while a fetch is still buffered; leaving partitions waits too.
+	if forget := s.forgetLocked(); s.buffered == nil && (len(s.want) > 0 || len(forget) > 0) {
+		return s.fetchStepLocked(now, forget)
+	}
+	if len(s.outbox) > 0 {
+		if s.epoch == openEpoch {
+			// No session, so no lock of it stands: there is nothing
+			// these acknowledgements could still apply to.
+			jobs := s.outbox
+			s.outbox = nil
+			return step{kind: stepFail, jobs: jobs, err: fmt.Errorf("share session with node %d is not open: %w", s.node, ErrLockExpired)}
+		}
+		return s.ackStepLocked(now, s.epoch)
+	}
+	return step{kind: stepWait, until: nextDue}
+}
+
+// forgetLocked lists the partitions in the broker's session that this
+// session no longer wants.
+func (s *session) forgetLocked() []wire.TopicPartition {
+	if s.epoch == openEpoch {
+		return nil
+	}
+	var out []wire.TopicPartition
+	for tp := range s.inSession {
+		if _, ok := s.want[tp]; !ok {
+			out = append(out, tp)
+		}
+	}
+	return out
+}
+
+// drainOutboxLocked moves every queued job into req-building form: the
+// batches of each partition, sorted, with the jobs that own them.
+func (s *session) drainOutboxLocked() ([]*ackJob, map[wire.TopicPartition]*jobPart) {
+	jobs := s.outbox
+	s.outbox = nil
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	merged := make(map[wire.TopicPartition]*jobPart)
+	for _, j := range jobs {
+		if j.quiet {
+			s.dropHeldLocked(j)
+		}
+		for tp, p := range j.parts {
+			m := merged[tp]
+			if m == nil {
+				m = &jobPart{topicID: p.topicID}
+				merged[tp] = m
+			}
+			m.batches = append(m.batches, p.batches...)
+		}
+	}
+	for _, m := range merged {
+		sortedBatches(m.batches)
+	}
+	return jobs, merged
+}
+
+// dropHeldLocked removes from a release job every offset that the
+// consumer holds again: a newer delivery of the record, which the release
+// must not touch.
+func (s *session) dropHeldLocked(j *ackJob) {
+	for tp, p := range j.parts {
+		var kept []wire.AcknowledgementBatch
+		for _, b := range p.batches {
+			start := b.FirstOffset
+			for off := b.FirstOffset; off <= b.LastOffset+1; off++ {
+				held := false
+				if off <= b.LastOffset {
+					_, _, held = s.c.held.find(tp, off)
+				}
+				if off > b.LastOffset || held {
+					if off > start {
+						kept = append(kept, wire.AcknowledgementBatch{FirstOffset: start, LastOffset: off - 1, AcknowledgeType: b.AcknowledgeType})
+					}
+					start = off + 1
+				}
+			}
+		}
+		p.batches = kept
+		if len(kept) == 0 {
+			delete(j.parts, tp)
+		}
+	}
+}
+
+func (s *session) fetchStepLocked(now time.Time, forget []wire.TopicPartition) step {
+	c := s.c
+	req := kmsg.NewPtrShareFetchRequest()
+	req.GroupID = &c.cfg.group
+	req.MemberID = &c.memberID
+	req.ShareSessionEpoch = s.epoch
+	req.MaxWaitMillis = int32(c.cfg.maxWait / time.Millisecond)
+	req.MinBytes = 1
+	req.MaxBytes = c.cfg.maxBytes
+	req.MaxRecords = c.cfg.maxRecords
+	req.BatchSize = c.cfg.maxRecords
+	topics := make(map[[16]byte]int)
+	addPart := func(tp wire.TopicPartition, id [16]byte) *kmsg.ShareFetchRequestTopicPartition {
+		ti, ok := topics[id]
+		if !ok {
+			ti = len(req.Topics)
+			topics[id] = ti
+			req.Topics = append(req.Topics, kmsg.ShareFetchRequestTopic{TopicID: id})
+		}
+		t := &req.Topics[ti]
+		for i := range t.Partitions {
+			if t.Partitions[i].Partition == tp.Partition {
+				return &t.Partitions[i]
+			}
+		}
+		t.Partitions = append(t.Partitions, kmsg.ShareFetchRequestTopicPartition{Partition: tp.Partition})
+		return &t.Partitions[len(t.Partitions)-1]
+	}
+	for tp := range s.want {
+		if _, ok := s.inSession[tp]; ok && s.epoch != openEpoch {
+			continue // incremental session: already fetching it
+		}
+		if id, ok := c.topicIDs[tp.Topic]; ok {
+			addPart(tp, id)
+		}
+	}
+	var jobs []*ackJob
+	if s.epoch != openEpoch {
+		var merged map[wire.TopicPartition]*jobPart
+		jobs, merged = s.drainOutboxLocked()
+		for tp, m := range merged {
+			p := addPart(tp, m.topicID)
+			p.AcknowledgementBatches = toFetchBatches(m.batches)
+			_, wanted := s.want[tp]
+			_, in := s.inSession[tp]
+			if !in && !wanted {
+				// Listing a partition adds it to the session; one
+				// that is here only for its acknowledgements leaves
+				// it again in the same request.
+				forget = append(forget, tp)
+			}
+		}
+	}
+	forgotten := make(map[[16]byte]int)
+	for _, tp := range forget {
+		id, ok := c.topicIDs[tp.Topic]
+		if !ok {
+			continue
+		}
+		fi, ok := forgotten[id]
+		if !ok {
+			fi = len(req.ForgottenTopicsData)
+			forgotten[id] = fi
+			req.ForgottenTopicsData = append(req.ForgottenTopicsData, kmsg.ShareFetchRequestForgottenTopicsData{TopicID: id})
+		}
+		req.ForgottenTopicsData[fi].Partitions = append(req.ForgottenTopicsData[fi].Partitions, tp.Partition)
+	}
+	switch {
+	case len(s.want) == 0:
+		req.MaxWaitMillis = 0 // only leaving partitions or acknowledging
+	case len(jobs) > 0 && c.cfg.maxWait > ackMaxWait:
+		// The broker holds the acknowledgements' answer as long as the
+		// fetch; keep a waiting Commit short.
+		req.MaxWaitMillis = int32(ackMaxWait / time.Millisecond)
+	}
+	return step{kind: stepFetch, fetch: req, jobs: jobs, gen: s.gen, sentAt: now}
+}
+
+func toFetchBatches(b []wire.AcknowledgementBatch) []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch {
+	out := make([]kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch, len(b))
+	for i, x := range b {
+		out[i] = kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch{
+			FirstOffset: x.FirstOffset, LastOffset: x.LastOffset, AcknowledgeTypes: []int8{int8(x.AcknowledgeType)},
+		}
+	}
+	return out
+}
+
+func toAckBatches(b []wire.AcknowledgementBatch) []kmsg.ShareAcknowledgeRequestTopicPartitionAcknowledgementBatch {
+	out := make([]kmsg.ShareAcknowledgeRequestTopicPartitionAcknowledgementBatch, len(b))
+	for i, x := range b {
+		out[i] = kmsg.ShareAcknowledgeRequestTopicPartitionAcknowledgementBatch{
+			FirstOffset: x.FirstOffset, LastOffset: x.LastOffset, AcknowledgeTypes: []int8{int8(x.AcknowledgeType)},
+		}
+	}
+	return out
+}
+
+// newAckRequest builds a ShareAcknowledge of merged batches.
+func (s *session) newAckRequest(epoch int32, merged map[wire.TopicPartition]*jobPart) *kmsg.ShareAcknowledgeRequest {
+	c := s.c
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.GroupID = &c.cfg.group
+	req.MemberID = &c.memberID
+	req.ShareSessionEpoch = epoch
+	topics := make(map[[16]byte]int)
+	for tp, m := range merged {
+		ti, ok := topics[m.topicID]
+		if !ok {
+			ti = len(req.Topics)
+			topics[m.topicID] = ti
+			req.Topics = append(req.Topics, kmsg.ShareAcknowledgeRequestTopic{TopicID: m.topicID})
+		}
+		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, kmsg.ShareAcknowledgeRequestTopicPartition{
+			Partition: tp.Partition, AcknowledgementBatches: toAckBatches(m.batches),
+		})
+	}
+	return req
+}
+
+func (s *session) ackStepLocked(now time.Time, epoch int32) step {
+	jobs, merged := s.drainOutboxLocked()
+	return step{kind: stepAck, ack: s.newAckRequest(epoch, merged), jobs: jobs, gen: s.gen, sentAt: now}
+}
+
+func (s *session) closeStepLocked(now time.Time) step {
+	st := s.ackStepLocked(now, finalEpoch)
+	st.kind = stepClose
+	return st
+}
+
+// send issues req to the session's broker, bounded by MaxWait plus a grace
+// period and by the consumer's lifetime.
+func (s *session) send(req kmsg.Request) (kmsg.Response, error) {
+	ctx, cancel := context.WithTimeout(s.c.bgCtx, s.c.cfg.maxWait+requestGrace)
+	defer cancel()
+	return s.c.cl.Broker(int(s.node)).Request(ctx, req)
+}
+
+// resetLocked ends the session after an error: the broker ties records to
+// the session, so every lock of it is gone. Queued acknowledgements fail.
+func (s *session) resetLocked(cause error) []*ackJob {
+	s.epoch = openEpoch
+	s.gen++
+	clear(s.inSession)
+	s.buffered = nil
+	s.c.held.kill(func(a *acquisition) bool { return a.sess == s })
+	jobs := s.outbox
+	s.outbox = nil
+	s.c.logger.Debug("share session reset", "node", s.node, "err", cause)
+	return jobs
+}
+
+// backoffLocked delays the next request of the session.
+func (s *session) backoffLocked(now time.Time) {
+	s.retryAt = now.Add(s.bo.NextBackOff())
+}
+
+// doFetch sends a ShareFetch and applies its answer.
+func (s *session) doFetch(st step) {
+	c := s.c
+	resp, err := s.send(st.fetch)
+	var decoded map[wire.TopicPartition]kgo.FetchPartition
+	var fr *kmsg.ShareFetchResponse
+	if err == nil {
+		fr = resp.(*kmsg.ShareFetchResponse)
+		if fr.ErrorCode == 0 {
+			decoded = s.decode(fr)
+		}
+	}
+	now := time.Now()
+	c.mu.Lock()
+	var failJobs []*ackJob
+	var jobErr error
+	switch {
+	case err != nil:
+		if c.bgCtx.Err() != nil {
+			c.mu.Unlock()
+			failAll(st.jobs, ErrClosed)
+			return
+		}
+		jobErr = fmt.Errorf("ShareFetch to node %d: %w", s.node, err)
+		if st.gen == s.gen {
+			failJobs = s.resetLocked(jobErr)
+		}
+		s.needMeta = true
+		s.backoffLocked(now)
+	case st.gen != s.gen:
+		jobErr = fmt.Errorf("share session with node %d was reset: %w", s.node, ErrLockExpired)
+	case fr.ErrorCode != 0:
+		jobErr = fmt.Errorf("ShareFetch to node %d: %w%s", s.node, kerr.ErrorForCode(fr.ErrorCode), detail(fr.ErrorMessage))
+		failJobs = s.resetLocked(jobErr)
+		s.topLevelErrorLocked(fr.ErrorCode, jobErr, now)
+	default:
+		s.applyFetchLocked(st, fr, decoded, now)
+	}
+	c.mu.Unlock()
+	if jobErr != nil {
+		failAll(st.jobs, jobErr)
+		failAll(failJobs, jobErr)
+		return
+	}
+	for _, j := range st.jobs {
+		s.finishJob(j)
+	}
+}
+
+// topLevelErrorLocked decides what follows a request-level error: a lost
+// session reopens at once; anything else waits, and errors the consumer
+// cannot fix reach Poll.
+func (s *session) topLevelErrorLocked(code int16, err error, now time.Time) {
+	switch code {
+	case kerr.ShareSessionNotFound.Code, kerr.InvalidShareSessionEpoch.Code:
+		return
+	case kerr.UnknownMemberID.Code, kerr.FencedMemberEpoch.Code:
+		// The heartbeat loop rejoins; the session reopens after it.
+		s.backoffLocked(now)
+		s.c.pokeHeartbeat()
+	case kerr.NotLeaderForPartition.Code, kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code:
+		s.needMeta = true
+		s.backoffLocked(now)
+	default:
+		s.backoffLocked(now)
+		s.c.queueErrLocked(err)
+	}
+}
+
+func failAll(jobs []*ackJob, err error) {
+	for _, j := range jobs {
+		j.failAll(err)
+	}
+}
+
+func detail(msg *string) string {
+	if msg == nil || *msg == "" {
+		return ""
+	}
+	return ": " + *msg
+}

@@ -1,0 +1,189 @@
+package shareconsumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/wire"
+)
+
+// The Consumer follows its records through transactions.
+var _ wire.Tracker = (*Consumer)(nil)
+
+// Acks turns records returned by Poll into the acknowledgements a
+// transaction carries (producer.SendShareAcksToTransaction,
+// acknowledger.CommitAcknowledgements or Stage), each of type t, with the
+// topic ids and lock deadlines the consumer knows. Its Tracker is the
+// consumer, which thereby learns when the records join a transaction (it
+// then renews their locks until the transaction ends) and how it ended.
+// Acks does not check the records: staging them does, and fails with
+// ErrLockExpired or ErrNotHeld. Only a Transactional consumer accepts the
+// staging.
+func (c *Consumer) Acks(records []*kgo.Record, t wire.AckType) *wire.ShareAcks {
+	acks := &wire.ShareAcks{Tracker: c}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range records {
+		if r == nil {
+			continue
+		}
+		tp := wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		rec := wire.AckedRecord{Offset: r.Offset, Type: t}
+		id := c.topicIDs[r.Topic]
+		if a, idx, ok := c.held.find(tp, r.Offset); ok {
+			id = a.topicID
+			if a.states[idx] != stBuffered { // else a newer delivery, not r's
+				rec.LockDeadline = c.held.lockDeadline(a, idx)
+			}
+		}
+		acks.Add(r.Topic, id, r.Partition, rec)
+	}
+	return acks
+}
+
+// Stage implements wire.Tracker: acks are about to join a transaction. It
+// checks that the consumer holds every record with a lock that has not
+// expired and that no other transaction has them, then marks them staged:
+// from now on the consumer renews their locks (RENEW, where the broker
+// supports it) until Resolve, and Close does not release them. Staging the
+// same acks again (a checkpoint joining its commit transaction) only
+// checks them again. On any error nothing changes; the error wraps
+// ErrLockExpired (lock passed or lost), ErrNotHeld, ErrWrongMode (the
+// consumer is not Transactional) or ErrClosed.
+func (c *Consumer) Stage(acks *wire.ShareAcks) error {
+	if c.cfg.mode != Transactional {
+		return fmt.Errorf("staging acknowledgements in a transaction in %s mode: %w", c.cfg.mode, ErrWrongMode)
+	}
+	if acks == nil {
+		return fmt.Errorf("nil acknowledgements: %w", ErrNotHeld)
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return ErrClosed
+	}
+	type target struct {
+		a   *acquisition
+		idx int
+	}
+	var fresh []target
+	for _, tp := range acks.Partitions() {
+		p := c.held.parts[tp]
+		for _, rec := range acks.Records(tp) {
+			where := fmt.Sprintf("%s/%d offset %d", tp.Topic, tp.Partition, rec.Offset)
+			if p != nil {
+				if sr := p.staged[rec.Offset]; sr != nil {
+					switch {
+					case sr.unit != acks:
+						return fmt.Errorf("%s is already in another transaction: %w", where, ErrNotHeld)
+					case sr.acq.dead:
+						return fmt.Errorf("%s: %w", where, ErrLockExpired)
+					case !now.Before(sr.deadline):
+						return fmt.Errorf("%s: lock ended at %s%s: %w", where, sr.deadline.Format(time.RFC3339Nano), c.renewHintLocked(sr.acq), ErrLockExpired)
+					}
+					continue
+				}
+			}
+			if !rec.LockDeadline.IsZero() && !now.Before(rec.LockDeadline) {
+				// The delivery Acks saw is over, even if the
+				// record has been delivered to us again since.
+				return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
+			}
+			a, idx, ok := c.held.find(tp, rec.Offset)
+			if !ok {
+				return fmt.Errorf("%s: %w", where, ErrNotHeld)
+			}
+			switch {
+			case a.dead:
+				return fmt.Errorf("%s: %w", where, ErrLockExpired)
+			case !now.Before(a.deadline):
+				return fmt.Errorf("%s: lock ended at %s: %w", where, a.deadline.Format(time.RFC3339Nano), ErrLockExpired)
+			case a.states[idx] == stBuffered:
+				return fmt.Errorf("%s was delivered again since Poll returned it: %w", where, ErrLockExpired)
+			case a.states[idx] != stDelivered:
+				return fmt.Errorf("%s was not returned by Poll: %w", where, ErrNotHeld)
+			}
+			fresh = append(fresh, target{a, idx})
+		}
+	}
+	for _, t := range fresh {
+		p := c.held.part(t.a.tp)
+		if p.staged == nil {
+			p.staged = make(map[int64]*stagedRec)
+		}
+		off := t.a.first + int64(t.idx)
+		if p.staged[off] != nil {
+			continue // listed twice in acks
+		}
+		t.a.states[t.idx] = stStaged
+		p.staged[off] = &stagedRec{unit: acks, acq: t.a, off: off, deadline: t.a.deadline}
+	}
+	for _, s := range c.sessOrder {
+		s.poke() // renewal timers changed
+	}
+	return nil
+}
+
+// Resolve implements wire.Tracker: the transaction that acks joined has
+// ended, or acks will never be sent. The consumer stops renewing the
+// records and forgets them. After a commit the broker has acknowledged
+// them. After an abort the broker made available again every record whose
+// acknowledgement reached it; a record whose acknowledgement never left the
+// client (the producer sends them at commit, so an application's abort
+// before commit leaves them all ACQUIRED) would sit locked until its lock
+// ran out, so the consumer releases each record it still holds under the
+// same lock (ShareAcknowledge RELEASE): the group gets it again at once. A
+// release that finds the record already available fails harmlessly at the
+// broker. A record that the broker has meanwhile delivered to this consumer
+// again belongs to that new delivery and is left alone.
+func (c *Consumer) Resolve(acks *wire.ShareAcks, committed bool) {
+	if acks == nil {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	release := make(map[*acquisition]map[int]struct{})
+	n := 0
+	for _, tp := range acks.Partitions() {
+		p := c.held.parts[tp]
+		if p == nil {
+			continue
+		}
+		for _, rec := range acks.Records(tp) {
+			sr := p.staged[rec.Offset]
+			if sr == nil || sr.unit != acks {
+				continue
+			}
+			delete(p.staged, rec.Offset)
+			n++
+			a, idx := sr.acq, int(rec.Offset-sr.acq.first)
+			if a.states[idx] != stStaged {
+				continue
+			}
+			if !committed && !c.closing && !a.dead && now.Before(sr.deadline) {
+				if release[a] == nil {
+					release[a] = make(map[int]struct{})
+				}
+				release[a][idx] = struct{}{}
+				continue
+			}
+			a.set(idx, stFree)
+		}
+	}
+	js := jobSet{quiet: true}
+	for a, idxs := range release {
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			_, ok := idxs[idx]
+			return wire.AckRelease, ok
+		}))
+	}
+	c.queueLocked(js)
+	for _, tp := range acks.Partitions() {
+		c.held.compact(tp)
+	}
+	c.logger.Debug("transaction outcome learned", "committed", committed, "records", n)
+}

@@ -1,0 +1,284 @@
+package shareconsumer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/producer"
+	"github.com/kshare-go/kshare/shareconsumer"
+	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/wire"
+)
+
+// newProducer returns an initialized transactional producer that the test
+// closes.
+func (e *env) producer(txnID string, opts ...producer.Opt) *producer.Producer {
+	e.t.Helper()
+	p, err := producer.New(append([]producer.Opt{
+		producer.SeedBrokers(e.c.Bootstrap()...),
+		producer.TransactionalID(txnID),
+		producer.Linger(0),
+	}, opts...)...)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { p.Close(context.Background()) })
+	require.NoError(e.t, p.InitTransactions(e.ctx))
+	return p
+}
+
+// readCommitted reads topic from the start with read_committed isolation
+// until want distinct values arrived, and returns how often each came.
+func (e *env) readCommitted(topic string, want int) map[string]int {
+	e.t.Helper()
+	cl := e.client(
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	got := make(map[string]int)
+	for len(got) < want {
+		fs := cl.PollFetches(e.ctx)
+		if e.ctx.Err() != nil {
+			e.t.Fatalf("read %d of %d committed values of %s", len(got), want, topic)
+		}
+		require.NoError(e.t, fs.Err0())
+		fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)]++ })
+	}
+	return got
+}
+
+// process runs one consume-transform-produce transaction over recs: an
+// output "out-<value>" per input, and the inputs' acceptance.
+func process(ctx context.Context, t *testing.T, p *producer.Producer, c *shareconsumer.Consumer, recs []*kgo.Record) error {
+	t.Helper()
+	require.NoError(t, p.BeginTransaction())
+	for _, r := range recs {
+		p.Produce(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(r.Value))}, nil)
+	}
+	if err := p.SendShareAcksToTransaction(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()); err != nil {
+		return err
+	}
+	return p.CommitTransaction(ctx)
+}
+
+func txnEnv(t *testing.T, inputs int, opts ...broker.Opt) *env {
+	e := newEnv(t, append([]broker.Opt{broker.Nodes(3)}, opts...)...)
+	e.createTopic("in", 3)
+	e.createTopic("out", 1)
+	e.groupConfig("g")
+	e.produce("in", 3, values("v", inputs)...)
+	return e
+}
+
+// Consume, produce, send acknowledgements, commit: every output is visible
+// exactly once, every input is ACKNOWLEDGED and never delivered again, and
+// the consumer itself never acknowledged anything.
+func TestTransactionalCommit(t *testing.T) {
+	const inputs = 60
+	e := txnEnv(t, inputs)
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(7))
+	var acks ackRequests
+	stop := e.c.ObserveRequests(acks.observe(c.GroupMetadata().MemberID))
+	defer stop()
+	p := e.producer("ctp")
+
+	done := make(map[string]bool)
+	for len(done) < inputs {
+		recs, err := c.Poll(e.ctx)
+		require.NoError(t, err)
+		require.NoError(t, process(e.ctx, t, p, c, recs))
+		for _, r := range recs {
+			require.False(t, done[string(r.Value)], "input %q delivered again after its commit", r.Value)
+			done[string(r.Value)] = true
+			_, held := c.DeliveryCount(r)
+			require.False(t, held, "committed record %q still tracked", r.Value)
+		}
+	}
+	for v, n := range e.readCommitted("out", inputs) {
+		require.Equal(t, 1, n, "output %s", v)
+	}
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+	expectNothing(e.ctx, t, c, 500*time.Millisecond)
+	require.Empty(t, acks.snapshot(), "the transactional consumer acknowledged on its own")
+}
+
+// An aborted transaction's outputs stay invisible and its inputs come back
+// at once (the lock is 10 minutes, far longer than the test), with their
+// delivery count raised; processing them again commits.
+func TestTransactionalAbortRedeliversAtOnce(t *testing.T) {
+	const inputs = 12
+	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	var acks ackRequests
+	stop := e.c.ObserveRequests(acks.observe(c.GroupMetadata().MemberID))
+	defer stop()
+	p := e.producer("ctp")
+
+	first := pollRecords(e.ctx, t, c, inputs)
+	require.NoError(t, p.BeginTransaction())
+	for _, r := range first {
+		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("aborted-" + string(r.Value))}, nil)
+	}
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(first, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, p.Flush(e.ctx))
+	require.NoError(t, p.AbortTransaction(e.ctx))
+
+	again := pollRecords(e.ctx, t, c, inputs)
+	for _, r := range again {
+		n, _ := c.DeliveryCount(r)
+		require.EqualValues(t, 2, n, "record %q", r.Value)
+	}
+	require.NoError(t, process(e.ctx, t, p, c, again))
+	got := e.readCommitted("out", inputs)
+	for v, n := range got {
+		require.False(t, strings.HasPrefix(v, "aborted-"), "aborted output %q visible", v)
+		require.Equal(t, 1, n, "output %s", v)
+	}
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+	// The only acknowledgements the consumer sent itself release the
+	// aborted transaction's records.
+	for _, a := range acks.snapshot() {
+		require.Contains(t, a, "[2]", "acknowledgement %s is not a RELEASE", a)
+	}
+}
+
+// A process that dies in the middle of a transaction, after its
+// acknowledgements reached the leaders (TX_PENDING) but before EndTxn:
+// nothing of it commits. Its outputs stay invisible and, once the
+// coordinator aborts the timed-out transaction, its inputs go to another
+// member.
+func TestTransactionalProcessDiesMidTransaction(t *testing.T) {
+	const inputs = 9
+	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
+	dying := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("ctp-dies", producer.TransactionTimeout(2*time.Second))
+
+	recs := pollRecords(e.ctx, t, dying, inputs)
+	require.NoError(t, p.BeginTransaction())
+	for _, r := range recs {
+		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("lost-" + string(r.Value))}, nil)
+	}
+	require.NoError(t, p.Flush(e.ctx))
+	acks := dying.Acks(recs, wire.AckAccept)
+	require.NoError(t, acks.Tracker.Stage(acks))
+	stageAtBroker(e, p, acks, dying.GroupMetadata())
+
+	// Die: connections drop, nothing more is sent.
+	gone, cancel := context.WithCancel(e.ctx)
+	cancel()
+	dying.Close(gone)
+	p.Close(gone)
+
+	heir := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p2 := e.producer("ctp-heir")
+	again := pollRecords(e.ctx, t, heir, inputs)
+	for _, r := range again {
+		n, _ := heir.DeliveryCount(r)
+		require.EqualValues(t, 2, n, "record %q", r.Value)
+	}
+	require.NoError(t, process(e.ctx, t, p2, heir, again))
+	for v := range e.readCommitted("out", inputs) {
+		require.False(t, strings.HasPrefix(v, "lost-"), "output %q of the dead transaction visible", v)
+	}
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+}
+
+// stageAtBroker does what a commit does before EndTxn: AddShareAcksToTxn
+// at the transaction coordinator and TxnShareAcknowledge at each leader,
+// with the producer's id and epoch. The records go TX_PENDING.
+func stageAtBroker(e *env, p *producer.Producer, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) {
+	e.t.Helper()
+	pid, epoch := p.Transactions().ProducerID()
+	txnID := p.Transactions().TransactionalID()
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorType = 1
+	fc.CoordinatorKeys = []string{txnID}
+	fcr, err := fc.RequestWith(e.ctx, e.admin)
+	require.NoError(e.t, err)
+	require.NoError(e.t, kerr.ErrorForCode(fcr.Coordinators[0].ErrorCode))
+	add := &wire.AddShareAcksToTxnRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch, GroupID: meta.GroupID}
+	byLeader := make(map[int32]*wire.TxnShareAcknowledgeRequest)
+	for _, tp := range acks.Partitions() {
+		add.Topics = append(add.Topics, wire.AddShareAcksToTxnTopic{Name: tp.Topic, Partitions: []int32{tp.Partition}})
+		leader, err := e.c.Leader(tp.Topic, tp.Partition)
+		require.NoError(e.t, err)
+		req := byLeader[leader]
+		if req == nil {
+			req = &wire.TxnShareAcknowledgeRequest{TransactionalID: txnID, GroupID: meta.GroupID, MemberID: meta.MemberID,
+				MemberEpoch: meta.MemberEpoch, ProducerID: pid, ProducerEpoch: epoch}
+			byLeader[leader] = req
+		}
+		id, ok := acks.TopicID(tp.Topic)
+		require.True(e.t, ok)
+		req.Topics = append(req.Topics, wire.TxnShareAcknowledgeTopic{TopicID: id, Partitions: []wire.TxnShareAcknowledgePartition{
+			{Partition: tp.Partition, AcknowledgementBatches: acks.Batches(tp)},
+		}})
+	}
+	resp, err := e.admin.Broker(int(fcr.Coordinators[0].NodeID)).Request(e.ctx, add)
+	require.NoError(e.t, err)
+	require.NoError(e.t, kerr.ErrorForCode(resp.(*wire.AddShareAcksToTxnResponse).ErrorCode))
+	for leader, req := range byLeader {
+		resp, err := e.admin.Broker(int(leader)).Request(e.ctx, req)
+		require.NoError(e.t, err)
+		tr := resp.(*wire.TxnShareAcknowledgeResponse)
+		require.NoError(e.t, kerr.ErrorForCode(tr.ErrorCode))
+		for _, rt := range tr.Topics {
+			for _, rp := range rt.Partitions {
+				require.NoError(e.t, kerr.ErrorForCode(rp.ErrorCode), "partition %d", rp.Partition)
+			}
+		}
+	}
+}
+
+// A record whose lock ran out cannot join a transaction: sending its
+// acknowledgement fails with ErrAbortable wrapping ErrLockExpired, and the
+// transaction aborts.
+func TestTransactionalRefusesExpiredLock(t *testing.T) {
+	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, 3)
+	deadline, ok := c.LockDeadline(recs[0])
+	require.True(t, ok)
+	time.Sleep(time.Until(deadline) + 50*time.Millisecond)
+
+	require.NoError(t, p.BeginTransaction())
+	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
+	require.NoError(t, p.AbortTransaction(e.ctx))
+}
+
+// Records held in an open transaction keep their locks past the lock
+// duration: the consumer renews them, so the transaction commits and no
+// other member gets them meanwhile.
+func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
+	const inputs = 6
+	e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	other := e.consumer("g", "in")
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, inputs)
+	require.NoError(t, p.BeginTransaction())
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
+	first, _ := c.LockDeadline(recs[0])
+
+	// Several lock durations pass; the other member polls all along.
+	expectNothing(e.ctx, t, other, 5*time.Second)
+	later, ok := c.LockDeadline(recs[0])
+	require.True(t, ok)
+	require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
+	require.NoError(t, p.CommitTransaction(e.ctx))
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+	expectNothing(e.ctx, t, other, 500*time.Millisecond)
+	require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
+}
