@@ -62,8 +62,9 @@ type Consumer struct {
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
-// group. It fails on missing or invalid options or when the kgo client
-// cannot be created; it does not wait for the cluster.
+// group; Close stops it and every other goroutine of the consumer. New
+// fails on missing or invalid options or when the kgo client cannot be
+// created; it does not wait for the cluster.
 func New(opts ...Opt) (*Consumer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {

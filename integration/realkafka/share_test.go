@@ -3,8 +3,6 @@ package realkafka_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -14,8 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/integration/kafkatest"
 	"github.com/kshare-go/kshare/shareconsumer"
+	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -294,7 +294,7 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	admin := newClient(t, seeds)
 	setShareGroupConfigs(ctx, t, admin, group, "share.record.lock.duration.ms", "3000")
 
-	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional))
 	var recs []*kgo.Record
 	pollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
 	acks := c.Acks(recs, wire.AckAccept)
@@ -318,4 +318,45 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
+}
+
+// Real Kafka has no KIP-1289 APIs: committing acknowledgements in a
+// transaction fails with ErrShareAcksUnsupported (which is also ErrFatal),
+// naming the broker and what it lacks, and sends nothing.
+func TestAcknowledgerReportsMissingKIP1289(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count = 5
+	topic, group := shareSetup(ctx, t, seeds, 1, count)
+
+	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional))
+	var recs []*kgo.Record
+	pollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
+	a, err := acknowledger.New(acknowledger.SeedBrokers(seeds...), acknowledger.TransactionalID(uniqueName(t, "kshare-ack")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	if err := a.InitTransactions(ctx); err != nil {
+		t.Fatalf("init transactions: %v", err)
+	}
+	err = a.CommitAcknowledgements(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
+	if !errors.Is(err, txnclient.ErrShareAcksUnsupported) || !errors.Is(err, txnclient.ErrFatal) {
+		t.Fatalf("commit acknowledgements: got %v, want ErrShareAcksUnsupported", err)
+	}
+	t.Logf("as expected: %v", err)
+
+	// The records never joined a transaction, so Close releases them and
+	// another member gets them at once (the lock is 30s).
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	c2 := newShareConsumer(t, seeds, topic, group)
+	defer c2.Close(context.Background())
+	pollValues(ctx, t, c2, count, func(r *kgo.Record) {
+		if n, _ := c2.DeliveryCount(r); n != 2 {
+			t.Errorf("record %q: delivery count %d, want 2", r.Value, n)
+		}
+	})
 }

@@ -11,18 +11,26 @@ import (
 	"github.com/kshare-go/kshare/wire"
 )
 
-// injectFaults fires the enabled faults in turn, one every Interval, until
-// ctx ends.
+// fault is one kind of fault and how often it may still fire.
+type fault struct {
+	left int
+	fire func()
+}
+
+// injectFaults fires the enabled faults in turn, one every Interval, each at
+// most its bound, until ctx ends.
 func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerPool, stats *runStats) {
-	var faults []func()
+	var faults []*fault
+	add := func(times int, fire func()) { faults = append(faults, &fault{left: times, fire: fire}) }
+	max := cfg.Faults.MaxPerKind
 	if cfg.Faults.KillWorker {
-		faults = append(faults, func() { pool.slots[rand.IntN(len(pool.slots))].kill.Store(true) })
+		add(max, func() { pool.slots[rand.IntN(len(pool.slots))].kill.Store(true) })
 	}
 	if cfg.Faults.SlowWorker {
-		faults = append(faults, func() { pool.slots[rand.IntN(len(pool.slots))].slow.Store(true) })
+		add(max, func() { pool.slots[rand.IntN(len(pool.slots))].slow.Store(true) })
 	}
 	if cfg.Faults.Zombie {
-		faults = append(faults, func() {
+		add(max, func() {
 			s := pool.slots[rand.IntN(len(pool.slots))]
 			stats.fault("zombie_instance")
 			cfg.Logger.Info("fault: starting a second instance with the same transactional id", "worker", s.index)
@@ -30,7 +38,7 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 		})
 	}
 	if cfg.Faults.CoordinatorMoves {
-		faults = append(faults, func() {
+		add(10*max, func() {
 			for _, topic := range []string{wire.TransactionStateTopic, wire.ShareGroupStateTopic} {
 				if moveRandomPartition(ctx, cl, topic, cfg) {
 					stats.fault("coordinator_moves")
@@ -46,7 +54,10 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	ticker := time.NewTicker(cfg.Faults.Interval)
 	defer ticker.Stop()
 	for i := 0; ; i++ {
-		faults[i%len(faults)]()
+		if f := faults[i%len(faults)]; f.left > 0 {
+			f.left--
+			f.fire()
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -65,6 +65,11 @@ type Faults struct {
 	// (0: never).
 	AbortEvery int
 	Interval   time.Duration
+	// MaxPerKind bounds how often each fault fires (coordinator moves:
+	// ten times as often). Bounded faults keep every record's deliveries
+	// under the delivery limit, so that no record is archived and any
+	// missing output is a real loss (default 3).
+	MaxPerKind int
 }
 
 // Any reports whether any fault is enabled.
@@ -180,6 +185,9 @@ func (c *Config) defaults() {
 	}
 	if c.DeliveryLimit <= 0 {
 		c.DeliveryLimit = 10
+	}
+	if c.Faults.MaxPerKind <= 0 {
+		c.Faults.MaxPerKind = 3
 	}
 	if c.Faults.Interval <= 0 {
 		c.Faults.Interval = 100 * time.Millisecond

@@ -165,35 +165,40 @@ func (in *instance) transaction(ctx context.Context) error {
 		}
 		return fmt.Errorf("poll: %w", err)
 	}
-	for _, r := range records {
-		if n, ok := in.cons.DeliveryCount(r); ok && n > 1 {
+	// Delivery counts are read now: once a transaction ends, the consumer
+	// forgets its records.
+	atLimit := make([]bool, len(records))
+	for i, r := range records {
+		n, ok := in.cons.DeliveryCount(r)
+		if ok && n > 1 {
 			in.pool.stats.redelivered.Add(1)
 		}
+		atLimit[i] = ok && int(n) >= in.pool.cfg.DeliveryLimit
 	}
 	for len(records) > 0 {
 		n := min(len(records), in.pool.cfg.TxnSize)
 		committed, err := in.transact(ctx, records[:n])
 		if !committed {
 			// A killed instance leaves the rest of its poll behind too.
-			failed := records[:n]
+			failed := n
 			if errors.Is(err, errKilled) {
-				failed = records
+				failed = len(records)
 			}
-			in.noteFailed(failed)
+			in.noteArchived(records[:failed], atLimit[:failed])
 		}
 		if err != nil {
 			return err
 		}
-		records = records[n:]
+		records, atLimit = records[n:], atLimit[n:]
 	}
 	return nil
 }
 
-// noteFailed records which of the records, delivered at the group's
-// delivery limit, the broker archives now that their transaction failed.
-func (in *instance) noteFailed(records []*kgo.Record) {
-	for _, r := range records {
-		if n, ok := in.cons.DeliveryCount(r); ok && int(n) >= in.pool.cfg.DeliveryLimit {
+// noteArchived records the ids of records whose transaction failed at the
+// group's delivery limit: the broker archives them.
+func (in *instance) noteArchived(records []*kgo.Record, atLimit []bool) {
+	for i, r := range records {
+		if atLimit[i] {
 			in.pool.stats.archived.Store(string(r.Value), struct{}{})
 		}
 	}

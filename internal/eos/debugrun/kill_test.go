@@ -20,7 +20,7 @@ import (
 
 func TestKillOne(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c, _ := broker.NewCluster(broker.Nodes(1), broker.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	c, _ := broker.NewCluster(broker.Nodes(3), broker.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	defer c.Close()
 	var mu sync.Mutex
 	var trace []string
@@ -70,9 +70,13 @@ func TestKillOne(t *testing.T) {
 			fmt.Println("TRACE", l)
 		}
 	}()
-	cfg := eos.Config{Seeds: c.Bootstrap(), Input: "in", Output: "out", Group: "g", Records: 300000, Workers: 1, TxnSize: 500, Logger: logger,
-		InputPartitions: 1, LockDuration: 2 * time.Second,
-		Faults: eos.Faults{KillWorker: true, Interval: 400 * time.Millisecond}}
+	workers, parts := 1, int32(1)
+	if os.Getenv("MULTI") != "" {
+		workers, parts = 4, 6
+	}
+	cfg := eos.Config{Seeds: c.Bootstrap(), Input: "in", Output: "out", Group: "g", Records: 100000, Workers: workers, TxnSize: 500, Logger: logger,
+		InputPartitions: parts, LockDuration: envDur("LOCK", 2*time.Second),
+		Faults: eos.Faults{KillWorker: os.Getenv("F_KILL") != "", SlowWorker: os.Getenv("F_SLOW") != "", Zombie: os.Getenv("F_ZOMBIE") != "", CoordinatorMoves: os.Getenv("F_MOVE") != "", Interval: envDur("INTERVAL", 400*time.Millisecond), MaxPerKind: 1000}}
 	sum, err := eos.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -104,4 +108,11 @@ func dumpOutput(t *testing.T, seeds []string, topic string, _ string) {
 			lastCtl = ctrl
 		})
 	}
+}
+
+func envDur(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
 }
