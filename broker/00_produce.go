@@ -2,16 +2,23 @@ package broker
 
 // Produce: versions 3-13.
 //
-// Record batches v2 only (magic 0/1 message sets are refused with
-// UNSUPPORTED_FOR_MESSAGE_FORMAT), CRC-checked; idempotent and transactional
-// batches with per-producer sequence and epoch checks and retried-batch
-// detection (the last five batches); acks 0, 1 and -1 (all the same: there
-// is one replica); topic ids from v13. A transactional batch is checked with
-// the transaction coordinator first: from v12 the leader adds the partition
-// to the transaction itself (TV2), below v12 it only verifies that the
-// client added it (KIP-890 part 1). Clients may not write to internal
-// topics. Skipped: quotas, record-level validation of compressed batches
-// (the broker stores batches as they arrive), timestamp overrides.
+// Each partition carries exactly one complete record batch of magic 2, as
+// Kafka requires from v3 (anything else, or none, is INVALID_RECORD), which
+// is CRC-checked (CORRUPT_MESSAGE); idempotent and transactional batches
+// get per-producer sequence and epoch checks and retried-batch detection
+// (the last five batches), and a producer the partition has no state for
+// may start at any sequence, as in Kafka; acks 0, 1 and -1 (all the same:
+// there is one replica); topic ids from v13. A request with transactional
+// records but no transactional id is refused for every partition with
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers. A transactional
+// batch is checked with the transaction coordinator first: from v12 the
+// leader adds the partition to the transaction itself (TV2), below v12 it
+// only verifies that the client added it (KIP-890 part 1: a partition it
+// did not add is TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE below),
+// and a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka answers. Clients
+// may not write to internal topics. Skipped: quotas, record-level
+// validation of compressed batches (the broker stores batches as they
+// arrive), timestamp overrides.
 
 import (
 	"errors"
@@ -31,6 +38,12 @@ func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
 	if req.TransactionID != nil {
 		txnID = *req.TransactionID
 	}
+	// Kafka refuses the whole request when transactional records come
+	// without a transactional id: it cannot authorize them.
+	var refuseAll *kerr.Error
+	if req.TransactionID == nil && hasTransactionalRecords(req) {
+		refuseAll = kerr.TransactionalIDAuthorizationFailed
+	}
 	appended := false
 	for _, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
@@ -41,7 +54,10 @@ func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
 			sp.Partition = rp.Partition
 			sp.BaseOffset = -1
 			sp.LogAppendTime = -1
-			errCode := c.produceOne(r, t, unknown, txnID, req.Version, rp, now, &sp)
+			errCode := refuseAll
+			if errCode == nil {
+				errCode = c.produceOne(r, t, unknown, txnID, req.Version, rp, now, &sp)
+			}
 			if errCode != nil {
 				sp.ErrorCode = errCode.Code
 			} else {
@@ -55,6 +71,17 @@ func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
 		c.wakeFetches()
 	}
 	return resp, nil // handleFrame drops it for acks=0
+}
+
+func hasTransactionalRecords(req *kmsg.ProduceRequest) bool {
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			if firstBatchTransactional(rp.Records) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // topicForRequest finds a topic by id (byID) or name; unknown is the error
@@ -89,7 +116,7 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 	if t.internal {
 		return kerr.InvalidTopicException
 	}
-	batches, err := splitBatches(rp.Records)
+	batches, err := splitBatches(rp.Records, version)
 	if err != nil {
 		var be *errBatch
 		if errors.As(err, &be) {
@@ -105,6 +132,11 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 				return kerr.TransactionalIDNotFound
 			}
 			if err := c.verifyTransactionalProduce(txnID, b.pid, b.epoch, p, version); err != nil {
+				if err == kerr.ProducerFenced {
+					// Kafka's leaders answer a fenced producer's write
+					// with INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED.
+					return kerr.InvalidProducerEpoch
+				}
 				return err
 			}
 		}

@@ -7,7 +7,8 @@ package broker
 // ids from v13, read_uncommitted up to the high watermark and
 // read_committed up to the last stable offset with the aborted transactions
 // of the returned range, the client's current leader epoch checked
-// (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), OFFSET_OUT_OF_RANGE, whole
+// (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), OFFSET_OUT_OF_RANGE (with
+// the offsets of the answer left at -1, as Kafka leaves them), whole
 // batches with at least one batch per partition even past the byte limits,
 // and MaxWaitMillis long polls answered when MinBytes arrive or the wait
 // ends. Skipped: follower fetches (there are no followers), preferred read
@@ -131,12 +132,13 @@ func (c *Cluster) fetchPartition(node int32, t *topic, unknown *kerr.Error, isol
 		}
 		return err
 	}
+	if rp.FetchOffset < p.logStart || rp.FetchOffset > p.next {
+		// Kafka leaves the offsets at -1 in this answer too.
+		return kerr.OffsetOutOfRange
+	}
 	sp.HighWatermark = p.next
 	sp.LastStableOffset = p.lastStableOffset()
 	sp.LogStartOffset = p.logStart
-	if rp.FetchOffset < p.logStart || rp.FetchOffset > p.next {
-		return kerr.OffsetOutOfRange
-	}
 	upTo := p.next
 	if isolation == 1 {
 		upTo = sp.LastStableOffset

@@ -3,10 +3,17 @@ package broker
 // ListOffsets: versions 1-10.
 //
 // Timestamps -1 (latest: the high watermark, or the last stable offset for
-// read_committed), -2 (earliest), -3 (the offset of the batch with the
-// largest timestamp), -4 (earliest local: the same as earliest here), -5
-// (earliest pending upload: -1, there is no tiered storage), and a real
-// timestamp (the first batch whose max timestamp reaches it; -1 if none).
+// read_committed), -2 (earliest), -3 (the first record with the largest
+// timestamp), -4 (earliest local: the same as earliest here), -5 (latest
+// tiered: -1, there is no tiered storage), and a real timestamp (the first
+// record, in offset order, of the first batch whose max timestamp reaches
+// it; -1 if none). Like Kafka, control records count: their timestamp is
+// when the marker was written. Records are found inside uncompressed
+// batches; a compressed batch answers with its first offset (for a
+// timestamp) or its last (for -3), since the broker never decompresses.
+// An answer with no offset has leader epoch -1; a found record carries the
+// leader epoch of its batch. Other negative timestamps (-6, earliest
+// pending upload, needs v11) are UNSUPPORTED_VERSION, as Kafka answers.
 // The client's current leader epoch is checked. Skipped: v0's
 // MaxNumOffsets form.
 
@@ -58,24 +65,46 @@ func listOffset(node int32, t *topic, isolation int8, rp kmsg.ListOffsetsRequest
 	case -3:
 		var best *storedBatch
 		for _, b := range p.batches {
-			if !b.control && (best == nil || b.maxTs > best.maxTs) {
+			if best == nil || b.maxTs > best.maxTs {
 				best = b
 			}
 		}
 		if best != nil {
 			sp.Offset, sp.Timestamp = best.last, best.maxTs
+			if recs, ok := recordTimes(best.raw); ok {
+				for _, rt := range recs {
+					if rt.ts == best.maxTs {
+						sp.Offset = best.base + int64(rt.delta)
+						break
+					}
+				}
+			}
+			sp.LeaderEpoch = best.leaderEpoch()
 		}
 	case -5:
 	default:
 		if rp.Timestamp < 0 {
-			return kerr.InvalidRequest
+			return kerr.UnsupportedVersion
 		}
 		for _, b := range p.batches {
-			if !b.control && b.maxTs >= rp.Timestamp {
-				sp.Offset, sp.Timestamp = b.base, b.maxTs
-				break
+			if b.maxTs < rp.Timestamp {
+				continue
 			}
+			sp.Offset, sp.Timestamp = b.base, b.maxTs
+			if recs, ok := recordTimes(b.raw); ok {
+				for _, rt := range recs {
+					if rt.ts >= rp.Timestamp {
+						sp.Offset, sp.Timestamp = b.base+int64(rt.delta), rt.ts
+						break
+					}
+				}
+			}
+			sp.LeaderEpoch = b.leaderEpoch()
+			break
 		}
+	}
+	if sp.Offset < 0 {
+		sp.LeaderEpoch = -1
 	}
 	return nil
 }

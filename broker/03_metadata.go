@@ -7,7 +7,10 @@ package broker
 // reassignment clients see the new leader as Kafka would show it. Topic ids
 // from v10, lookup by id from v10. A request for a missing topic creates it
 // (default partition count) when AllowAutoTopicCreation is set (v4+; always
-// for v0-v3, as Kafka's auto.create.topics.enable=true); internal topics are
+// for v0-v3, as Kafka's auto.create.topics.enable=true) and answers it at
+// once (Kafka answers UNKNOWN_TOPIC_OR_PARTITION first and lists the topic
+// once its controller has created it: docs/differences.md); a name Kafka
+// does not allow gets INVALID_TOPIC_EXCEPTION; internal topics are
 // listed only when asked for by name or in an all-topics request, as Kafka
 // does. Skipped: authorized operations (always -2147483648, "not
 // requested"), racks, v13's top-level error.
@@ -62,9 +65,13 @@ func handleMetadata(c *Cluster, r *request) (kmsg.Response, error) {
 		if t == nil {
 			st := kmsg.NewMetadataResponseTopic()
 			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			st.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			if rt.Topic == nil {
+			switch {
+			case rt.Topic == nil:
 				st.ErrorCode = kerr.UnknownTopicID.Code
+			case validTopicName(*rt.Topic) != nil:
+				st.ErrorCode = kerr.InvalidTopicException.Code
+			default:
+				st.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			}
 			resp.Topics = append(resp.Topics, st)
 			continue

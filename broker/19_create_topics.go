@@ -3,12 +3,17 @@ package broker
 // CreateTopics: versions 0-7.
 //
 // Creates topics with a partition count (or the DefaultPartitions option for
-// -1) and configs kept as given; ValidateOnly checks without creating.
-// Replication factor must be -1 or 1 (there is one copy) and manual replica
-// assignments may name one node per partition, which becomes its leader.
-// Errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION (bad or internal
-// name), INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
-// INVALID_REPLICA_ASSIGNMENT. Skipped: config validation (any key is kept).
+// -1); ValidateOnly checks without creating and answers what would be
+// created. Replication factor must be -1 or 1 (there is one copy) and
+// manual replica assignments may name one node per partition, which
+// becomes its leader. Configs are checked against Kafka's topic configs
+// (topic_configs.go) and kept as given; the answer lists every topic config
+// with its value, as Kafka does from v5. Errors, in Kafka's order:
+// INVALID_REQUEST for a name given twice in one request (answered once),
+// INVALID_TOPIC_EXCEPTION (bad name), TOPIC_ALREADY_EXISTS (internal
+// topics included), INVALID_TOPIC_EXCEPTION for a name that collides with
+// an existing one once '.' and '_' are treated alike, INVALID_PARTITIONS,
+// INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG.
 
 import (
 	"fmt"
@@ -26,24 +31,38 @@ const maxPartitionsPerTopic = 10000
 func handleCreateTopics(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.CreateTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	count := make(map[string]int, len(req.Topics))
 	for _, rt := range req.Topics {
+		count[rt.Topic]++
+	}
+	answered := make(map[string]bool, len(req.Topics))
+	for _, rt := range req.Topics {
+		if answered[rt.Topic] {
+			continue
+		}
+		answered[rt.Topic] = true
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
 		// Empty, never null: the Java admin client reads the list.
 		st.Configs = []kmsg.CreateTopicsResponseTopicConfig{}
-		t, err := c.createTopicFromRequest(rt, req.ValidateOnly)
+		var t *topicPlan
+		var err *topicError
+		if count[rt.Topic] > 1 {
+			err = &topicError{kerr.InvalidRequest, "the topic is named more than once in the request"}
+		} else {
+			t, err = c.createTopicFromRequest(rt, req.ValidateOnly)
+		}
 		if err != nil {
 			st.ErrorCode = err.code.Code
 			msg := err.msg
 			st.ErrorMessage = &msg
-		} else if t != nil {
+		} else {
 			st.TopicID = t.id
-			st.NumPartitions = int32(len(t.partitions))
+			st.NumPartitions = t.partitions
 			st.ReplicationFactor = 1
-			for name, value := range t.configs {
+			for _, e := range effectiveTopicConfigs(t.configs) {
 				cfg := kmsg.NewCreateTopicsResponseTopicConfig()
-				cfg.Name, cfg.Value = name, kmsg.StringPtr(value)
-				cfg.Source = 1 // DYNAMIC_TOPIC_CONFIG
+				cfg.Name, cfg.Value, cfg.Source = e.name, kmsg.StringPtr(e.value), e.source
 				st.Configs = append(st.Configs, cfg)
 			}
 		}
@@ -57,24 +76,29 @@ type topicError struct {
 	msg  string
 }
 
-func (c *Cluster) createTopicFromRequest(rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (*topic, *topicError) {
+// topicPlan is what a CreateTopics entry creates (or, validating only,
+// would create).
+type topicPlan struct {
+	id         [16]byte
+	partitions int32
+	configs    map[string]string
+}
+
+func (c *Cluster) createTopicFromRequest(rt kmsg.CreateTopicsRequestTopic, validateOnly bool) (*topicPlan, *topicError) {
 	if err := validTopicName(rt.Topic); err != nil {
 		return nil, &topicError{kerr.InvalidTopicException, err.Error()}
-	}
-	if strings.HasPrefix(rt.Topic, "__") {
-		return nil, &topicError{kerr.InvalidTopicException, "names starting with __ are reserved for internal topics"}
 	}
 	if c.topics[rt.Topic] != nil {
 		return nil, &topicError{kerr.TopicAlreadyExists, fmt.Sprintf("topic %q already exists", rt.Topic)}
 	}
-	if rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1 {
-		return nil, &topicError{kerr.InvalidReplicationFactor, "the bundled cluster keeps one copy of each partition: replication factor must be 1 or -1"}
+	if other := c.collidingTopic(rt.Topic); other != "" {
+		return nil, &topicError{kerr.InvalidTopicException, fmt.Sprintf("topic %q collides with existing topic %q ('.' and '_' are treated alike)", rt.Topic, other)}
 	}
 	n := rt.NumPartitions
 	var leaders []int32
 	if len(rt.ReplicaAssignment) > 0 {
-		if n != -1 {
-			return nil, &topicError{kerr.InvalidRequest, "both a partition count and a replica assignment were given"}
+		if n != -1 || rt.ReplicationFactor != -1 {
+			return nil, &topicError{kerr.InvalidRequest, "both a partition count or replication factor and a replica assignment were given"}
 		}
 		n = int32(len(rt.ReplicaAssignment))
 		for i, a := range rt.ReplicaAssignment {
@@ -90,21 +114,46 @@ func (c *Cluster) createTopicFromRequest(rt kmsg.CreateTopicsRequestTopic, valid
 	if n < 1 || n > maxPartitionsPerTopic {
 		return nil, &topicError{kerr.InvalidPartitions, fmt.Sprintf("partition count %d is not in 1..%d", n, maxPartitionsPerTopic)}
 	}
-	if validateOnly {
-		return nil, nil
+	if len(leaders) == 0 && rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1 {
+		return nil, &topicError{kerr.InvalidReplicationFactor, "the bundled cluster keeps one copy of each partition: replication factor must be 1 or -1"}
 	}
 	configs := make(map[string]string, len(rt.Configs))
 	for _, cfg := range rt.Configs {
-		if cfg.Value != nil {
-			configs[cfg.Name] = *cfg.Value
+		if cfg.Value == nil {
+			continue
 		}
+		if err := validateTopicConfig(cfg.Name, *cfg.Value); err != nil {
+			return nil, &topicError{kerr.InvalidConfig, err.Error()}
+		}
+		configs[cfg.Name] = *cfg.Value
+	}
+	if validateOnly {
+		// Kafka answers a validation with an id too, for a topic that
+		// never exists.
+		return &topicPlan{id: newTopicID(), partitions: n, configs: configs}, nil
 	}
 	t := c.createTopic(rt.Topic, n, configs, false)
 	for i, leader := range leaders {
 		t.partitions[i].leader = leader
 	}
 	c.logger.Info("topic created", "topic", t.name, "partitions", n)
-	return t, nil
+	return &topicPlan{id: t.id, partitions: n, configs: t.configs}, nil
+}
+
+// collidingTopic returns an existing topic whose name equals name once '.'
+// and '_' are treated alike (Kafka refuses such a pair: their metric names
+// would clash), or "".
+func (c *Cluster) collidingTopic(name string) string {
+	if !strings.ContainsAny(name, "._") {
+		return ""
+	}
+	norm := strings.ReplaceAll(name, ".", "_")
+	for other := range c.topics {
+		if other != name && strings.ReplaceAll(other, ".", "_") == norm {
+			return other
+		}
+	}
+	return ""
 }
 
 // validTopicName applies Kafka's topic name rules.

@@ -68,55 +68,83 @@ func badBatch(code *kerr.Error, format string, args ...any) error {
 	return &errBatch{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// splitBatches validates the record batches of one produced partition. The
-// returned slices alias records.
-func splitBatches(records []byte) ([]batchInfo, error) {
-	if len(records) == 0 {
-		return nil, badBatch(kerr.InvalidRecord, "no record batch")
-	}
-	var out []batchInfo
-	for len(records) > 0 {
-		if len(records) < batchHeaderLen {
-			return nil, badBatch(kerr.CorruptMessage, "truncated batch header (%d bytes)", len(records))
+// splitBatches validates the records of one produced partition the way
+// Kafka does: the set must hold exactly one complete v2 batch (a partial
+// batch at the end is not counted, as Kafka's reader stops there), with a
+// valid CRC, at least one record, a codec the produce version allows, no
+// control flag, a producer id when transactional, and a non-negative
+// sequence when it has a producer id. The returned slices alias records.
+func splitBatches(records []byte, produceVersion int16) ([]batchInfo, error) {
+	var raws [][]byte
+	for rest := records; len(rest) >= offMagic+1; {
+		length := int32(binary.BigEndian.Uint32(rest[offBatchLength:]))
+		if length < 14 {
+			return nil, badBatch(kerr.CorruptMessage, "record size %d is below the smallest record overhead", length)
 		}
-		length := int32(binary.BigEndian.Uint32(records[offBatchLength:]))
-		if length < batchHeaderLen-12 || int64(length)+12 > int64(len(records)) {
-			return nil, badBatch(kerr.CorruptMessage, "batch length %d does not fit %d bytes", length, len(records))
+		if int64(length)+12 > int64(len(rest)) {
+			break
 		}
-		raw := records[:length+12]
-		records = records[length+12:]
+		raw := rest[:length+12]
+		rest = rest[length+12:]
 		if magic := int8(raw[offMagic]); magic != 2 {
-			return nil, badBatch(kerr.UnsupportedForMessageFormat, "record batch magic %d; only v2 batches are served", magic)
+			return nil, badBatch(kerr.InvalidRecord, "produce v%d allows only record batches of magic 2, not %d", produceVersion, magic)
 		}
-		if crc := binary.BigEndian.Uint32(raw[offCRC:]); crc != crc32.Checksum(raw[offAttributes:], crc32c) {
-			return nil, badBatch(kerr.CorruptMessage, "record batch CRC mismatch")
-		}
-		attrs := int16(binary.BigEndian.Uint16(raw[offAttributes:]))
-		b := batchInfo{
-			raw:         raw,
-			lastDelta:   int32(binary.BigEndian.Uint32(raw[offLastDelta:])),
-			numRecords:  int32(binary.BigEndian.Uint32(raw[offNumRecords:])),
-			pid:         int64(binary.BigEndian.Uint64(raw[offProducerID:])),
-			epoch:       int16(binary.BigEndian.Uint16(raw[offProducerEpoch:])),
-			firstSeq:    int32(binary.BigEndian.Uint32(raw[offBaseSequence:])),
-			maxTs:       int64(binary.BigEndian.Uint64(raw[offMaxTs:])),
-			txn:         attrs&attrTransactional != 0,
-			control:     attrs&attrControl != 0,
-			compression: attrs & 0x7,
-		}
-		switch {
-		case b.numRecords < 1 || b.lastDelta != b.numRecords-1:
-			return nil, badBatch(kerr.CorruptMessage, "batch of %d records has last offset delta %d", b.numRecords, b.lastDelta)
-		case b.control:
-			return nil, badBatch(kerr.InvalidRecord, "clients may not produce control batches")
-		case b.compression > 4:
-			return nil, badBatch(kerr.UnsupportedCompressionType, "compression codec %d", b.compression)
-		case b.txn && b.pid < 0:
-			return nil, badBatch(kerr.InvalidRecord, "transactional batch without a producer id")
-		}
-		out = append(out, b)
+		raws = append(raws, raw)
 	}
-	return out, nil
+	switch len(raws) {
+	case 0:
+		return nil, badBatch(kerr.InvalidRecord, "produce v%d needs one record batch per partition; none is complete", produceVersion)
+	case 1:
+	default:
+		return nil, badBatch(kerr.InvalidRecord, "produce v%d allows exactly one record batch per partition, not %d", produceVersion, len(raws))
+	}
+	raw := raws[0]
+	if len(raw) < batchHeaderLen {
+		return nil, badBatch(kerr.CorruptMessage, "record batch of %d bytes is shorter than its header", len(raw))
+	}
+	if crc := binary.BigEndian.Uint32(raw[offCRC:]); crc != crc32.Checksum(raw[offAttributes:], crc32c) {
+		return nil, badBatch(kerr.CorruptMessage, "record batch CRC mismatch")
+	}
+	attrs := int16(binary.BigEndian.Uint16(raw[offAttributes:]))
+	b := batchInfo{
+		raw:         raw,
+		lastDelta:   int32(binary.BigEndian.Uint32(raw[offLastDelta:])),
+		numRecords:  int32(binary.BigEndian.Uint32(raw[offNumRecords:])),
+		pid:         int64(binary.BigEndian.Uint64(raw[offProducerID:])),
+		epoch:       int16(binary.BigEndian.Uint16(raw[offProducerEpoch:])),
+		firstSeq:    int32(binary.BigEndian.Uint32(raw[offBaseSequence:])),
+		maxTs:       int64(binary.BigEndian.Uint64(raw[offMaxTs:])),
+		txn:         attrs&attrTransactional != 0,
+		control:     attrs&attrControl != 0,
+		compression: attrs & 0x7,
+	}
+	switch {
+	case b.numRecords < 1:
+		return nil, badBatch(kerr.InvalidRecord, "record batch has no records")
+	case b.lastDelta != b.numRecords-1:
+		return nil, badBatch(kerr.CorruptMessage, "batch of %d records has last offset delta %d", b.numRecords, b.lastDelta)
+	case b.control:
+		return nil, badBatch(kerr.InvalidRecord, "clients may not produce control batches")
+	case b.compression > 4:
+		return nil, badBatch(kerr.UnsupportedCompressionType, "compression codec %d", b.compression)
+	case b.compression == 4 && produceVersion < 7:
+		return nil, badBatch(kerr.UnsupportedCompressionType, "zstd needs produce v7 or later, not v%d", produceVersion)
+	case b.txn && b.pid < 0:
+		return nil, badBatch(kerr.InvalidRecord, "transactional batch without a producer id")
+	case b.pid >= 0 && b.firstSeq < 0:
+		return nil, badBatch(kerr.InvalidRecord, "invalid sequence number %d in a batch of producer id %d", b.firstSeq, b.pid)
+	}
+	return []batchInfo{b}, nil
+}
+
+// firstBatchTransactional reports whether the first batch of a produced
+// record set has the transactional flag; Kafka decides from it whether a
+// produce request needs a transactional id.
+func firstBatchTransactional(records []byte) bool {
+	if len(records) < offAttributes+2 || int8(records[offMagic]) != 2 {
+		return false
+	}
+	return int16(binary.BigEndian.Uint16(records[offAttributes:]))&attrTransactional != 0
 }
 
 // kv is one record the broker writes itself (coordinator state, markers).
@@ -211,4 +239,43 @@ func buildMarkerBatch(pid int64, epoch int16, commit bool, coordinatorEpoch int3
 	key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 0), uint16(typ))
 	value := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(nil, 0), uint32(coordinatorEpoch))
 	return buildBatch([]kv{{key, value}}, pid, epoch, -1, true, true, now)
+}
+
+// attrLogAppendTime marks a batch whose records all carry the batch's max
+// timestamp (message.timestamp.type=LogAppendTime).
+const attrLogAppendTime = 1 << 3
+
+// recordTime is one record's offset delta and timestamp.
+type recordTime struct {
+	delta int32
+	ts    int64
+}
+
+// recordTimes returns the offset delta and timestamp of every record of an
+// uncompressed v2 batch, in order; ok is false for a compressed batch (the
+// broker does not decompress) or one that does not decode.
+func recordTimes(raw []byte) (out []recordTime, ok bool) {
+	attrs := int16(binary.BigEndian.Uint16(raw[offAttributes:]))
+	if attrs&0x7 != 0 {
+		return nil, false
+	}
+	firstTs := int64(binary.BigEndian.Uint64(raw[offFirstTs:]))
+	maxTs := int64(binary.BigEndian.Uint64(raw[offMaxTs:]))
+	n := int32(binary.BigEndian.Uint32(raw[offNumRecords:]))
+	r := kbin.Reader{Src: raw[batchHeaderLen:]}
+	for i := int32(0); i < n; i++ {
+		body := kbin.Reader{Src: r.Span(int(r.Varint()))}
+		body.Int8()
+		tsDelta := body.Varlong()
+		delta := body.Varint()
+		if !r.Ok() || !body.Ok() {
+			return nil, false
+		}
+		ts := firstTs + tsDelta
+		if attrs&attrLogAppendTime != 0 {
+			ts = maxTs
+		}
+		out = append(out, recordTime{delta: delta, ts: ts})
+	}
+	return out, true
 }

@@ -157,7 +157,10 @@ func (p *partition) appendProduced(b batchInfo, now time.Time) (base int64, dup 
 				expect = int32((int64(ps.recent[n-1].lastSeq) + 1) % (1 << 31))
 			}
 		}
-		if b.firstSeq != expect {
+		// A producer this partition holds no state for (new here, or its
+		// state expired) may start at any sequence, as in Kafka.
+		known := ps != nil && ps.epoch >= 0
+		if known && b.firstSeq != expect {
 			return 0, false, kerr.OutOfOrderSequenceNumber
 		}
 	}
@@ -308,4 +311,9 @@ func (p *partition) checkLeader(node int32, clientEpoch int32) *kerr.Error {
 		return kerr.UnknownLeaderEpoch
 	}
 	return nil
+}
+
+// leaderEpoch is the leader epoch the batch was written in.
+func (b *storedBatch) leaderEpoch() int32 {
+	return int32(binary.BigEndian.Uint32(b.raw[offLeaderEpoch:]))
 }

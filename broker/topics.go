@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"unicode/utf16"
 
 	"github.com/kshare-go/kshare/wire"
@@ -164,12 +165,21 @@ func shareStateKey(group string, topicID [16]byte, partition int32) string {
 	return fmt.Sprintf("%s:%s:%d", group, uuidString(topicID), partition)
 }
 
+// javaHashPartition is Kafka's partitionFor: Utils.abs(key.hashCode()) %
+// partitions, where Utils.abs is Math.abs except that MinInt32 gives 0
+// (not a mask of the sign bit, which places negative hashes elsewhere).
 func javaHashPartition(key string, partitions int32) int32 {
 	var h int32
 	for _, u := range utf16.Encode([]rune(key)) {
 		h = 31*h + int32(u)
 	}
-	return (h & 0x7fffffff) % partitions
+	switch {
+	case h == math.MinInt32:
+		h = 0
+	case h < 0:
+		h = -h
+	}
+	return h % partitions
 }
 
 // uuidString renders a topic id as Kafka does: URL-safe base64, no padding.

@@ -25,8 +25,8 @@ func TestTxnTimeoutAborts(t *testing.T) {
 	require.Eventually(t, func() bool { return txnDescribe(t, c, id).State == "CompleteAbort" },
 		10*time.Second, 10*time.Millisecond, "the coordinator aborts the transaction after its timeout")
 	st := txnDescribe(t, c, id)
-	require.Equal(t, e+2, st.ProducerEpoch, "fenced once, then bumped by the TV2 abort")
-	require.Equal(t, []string{fmt.Sprintf("ABORT@%d", e+2)}, txnMarkersIn(t, c, "slow", 0))
+	require.Equal(t, e+1, st.ProducerEpoch, "fenced once; the abort keeps the fenced epoch, as in Kafka 4.4")
+	require.Equal(t, []string{fmt.Sprintf("ABORT@%d", e+1)}, txnMarkersIn(t, c, "slow", 0))
 	end, lso := txnOffsets(t, c, "slow", 0)
 	require.Equal(t, end, lso, "nothing holds the LSO any more")
 	require.NoError(t, c.do(func() {
@@ -53,11 +53,11 @@ func TestTxnProducerFencing(t *testing.T) {
 	busy := txnInit(t, c, coord, id, 60000, -1, -1)
 	require.ErrorIs(t, txnErr(busy.ErrorCode), kerr.ConcurrentTransactions,
 		"the new producer waits while the old transaction is aborted")
-	require.Equal(t, []string{fmt.Sprintf("ABORT@%d", e+2)}, txnMarkersIn(t, c, "fence", 0))
+	require.Equal(t, []string{fmt.Sprintf("ABORT@%d", e+1)}, txnMarkersIn(t, c, "fence", 0))
 	fresh := txnInit(t, c, coord, id, 60000, -1, -1)
 	require.NoError(t, txnErr(fresh.ErrorCode))
 	require.Equal(t, pid, fresh.ProducerID)
-	require.Equal(t, e+3, fresh.ProducerEpoch)
+	require.Equal(t, e+2, fresh.ProducerEpoch, "the fence's epoch, bumped once more")
 
 	require.ErrorIs(t, txnErr(txnEnd(t, c, coord, 5, id, pid, e, true).ErrorCode), kerr.ProducerFenced)
 	require.Error(t, txnProduce(t, c, 12, id, "fence", 1, pid, e, 0, "zombie-2"))

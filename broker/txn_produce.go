@@ -46,9 +46,9 @@ func (c *Cluster) verifyTransactionalProduce(txnID string, pid int64, epoch int1
 	switch kerrCode := kerr.ErrorForCode(code); {
 	case kerrCode == nil:
 		return nil
-	case produceVersion < 12 && errors.Is(kerrCode, kerr.TransactionAbortable):
-		// Clients older than produce v12 do not know TRANSACTION_ABORTABLE;
-		// KIP-890 part 1 tells them INVALID_TXN_STATE.
+	case produceVersion < 11 && errors.Is(kerrCode, kerr.TransactionAbortable):
+		// Produce v11 brought TRANSACTION_ABORTABLE (KIP-1050); older
+		// clients get INVALID_TXN_STATE, as Kafka tells them.
 		return kerr.InvalidTxnState
 	case errors.Is(kerrCode, kerr.NotCoordinator), errors.Is(kerrCode, kerr.CoordinatorNotAvailable),
 		errors.Is(kerrCode, kerr.CoordinatorLoadInProgress), errors.Is(kerrCode, kerr.ConcurrentTransactions):

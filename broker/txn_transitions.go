@@ -316,9 +316,12 @@ func (tc *txnCoordinator) logInvalidTransition(m *txnMeta, commit bool) {
 
 // prepareEnd writes PrepareCommit or PrepareAbort and sends the markers.
 // Under TV2 the epoch is bumped first (KIP-890), and an exhausted epoch
-// also allocates the producer id the producer continues with, unless this
-// abort fences the producer (then its next InitProducerId rotates the id,
-// as in Kafka); the markers carry the bumped epoch of the current id.
+// also allocates the producer id the producer continues with; the markers
+// carry the bumped epoch of the current id. An abort that fences the
+// producer (fence: m already carries the fenced epoch) is written at that
+// epoch without another bump and forgets the last epoch, as Kafka 4.4's
+// PrepareEpochFence does; the producer's next InitProducerId bumps again
+// (or rotates an exhausted id).
 func (tc *txnCoordinator) prepareEnd(sh *shard[*txnShard], m *txnMeta, commit bool, tv int8, fence bool, now time.Time) (*txnMeta, *kerr.Error) {
 	n := m.next(now)
 	n.state = txnPrepareAbort
@@ -326,8 +329,11 @@ func (tc *txnCoordinator) prepareEnd(sh *shard[*txnShard], m *txnMeta, commit bo
 		n.state = txnPrepareCommit
 	}
 	n.tv = tv
-	if tv >= txnVersion2 {
-		if epochExhausted(m.epoch) && !fence {
+	switch {
+	case fence:
+		n.lastEpoch = -1
+	case tv >= txnVersion2:
+		if epochExhausted(m.epoch) {
 			n.nextProducerID = tc.c.allocProducerID()
 		}
 		n.lastEpoch = m.epoch
@@ -348,15 +354,16 @@ func (tc *txnCoordinator) prepareEnd(sh *shard[*txnShard], m *txnMeta, commit bo
 
 // fenceAndAbort aborts an ongoing transaction on the coordinator's own
 // initiative (a fencing InitProducerId, or the transaction timeout), the
-// way Kafka does: the epoch is bumped once to fence the producer and, at
-// the cluster's transaction version (2), once more by the abort itself.
-// The markers carry the final epoch.
+// way Kafka 4.4 does: the epoch is bumped once to fence the producer and
+// the abort markers carry that epoch, with the transaction's own version
+// (the real Kafka, checked by integration/differential, ends such a
+// transaction at epoch+1, and the next InitProducerId answers epoch+2).
 func (tc *txnCoordinator) fenceAndAbort(sh *shard[*txnShard], m *txnMeta, now time.Time) (*txnMeta, *kerr.Error) {
 	fenced := m.next(now)
 	if fenced.epoch < math.MaxInt16 {
 		fenced.epoch++
 	}
-	return tc.prepareEnd(sh, fenced, false, txnVersion2, true, now)
+	return tc.prepareEnd(sh, fenced, false, m.tv, true, now)
 }
 
 // completeTxn writes CompleteCommit or CompleteAbort once every marker of a

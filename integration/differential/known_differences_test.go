@@ -1,0 +1,138 @@
+package differential_test
+
+// knownDifferences lists every step whose answer may differ between the
+// real Kafka 4.4 and the bundled broker, with both answers exactly.
+// docs/differences.md explains each one under its id (scenario/step).
+//
+// Three kinds:
+//   - deliberate: the bundled broker answers differently on purpose
+//     (DESIGN.md, or a broker with one in-memory copy and no controller);
+//   - not served: an API or version the bundled broker leaves out;
+//   - open: a difference in code this test's author does not own, reported
+//     to its owner; the entry goes once the owner fixes it (the test then
+//     fails until it is removed).
+var knownDifferences = []knownDifference{
+	// Deliberate: topics.
+	{
+		scenario: "metadata", step: "unknown topic, auto-create: first answer",
+		kafka:   "UNKNOWN_TOPIC_OR_PARTITION partitions=0",
+		bundled: "OK partitions=1 selfLed=true leaderEpochs=[0] internal=false hasID=true",
+		why:     "deliberate: the bundled broker creates the topic synchronously and describes it at once",
+	},
+	{
+		scenario: "metadata", step: "v3 unknown topic (always auto-creates): first answer",
+		kafka:   "UNKNOWN_TOPIC_OR_PARTITION partitions=0",
+		bundled: "OK partitions=1 selfLed=true leaderEpochs=[-1] internal=false hasID=false",
+		why:     "deliberate: as above, for the versions that always auto-create",
+	},
+
+	// Deliberate: DESIGN.md section 4 (a COMMIT retry against CompleteAbort).
+	{
+		scenario: "txn_tv2_abort", step: "commit retried with the old epoch",
+		kafka: "INVALID_TXN_STATE", bundled: "PRODUCER_FENCED",
+		why: "deliberate (DESIGN.md 4): the producer asked to commit what ended in an abort",
+	},
+	{
+		scenario: "txn_timeout", step: "the timed-out producer commits",
+		kafka: "INVALID_TXN_STATE", bundled: "PRODUCER_FENCED",
+		why: "deliberate (DESIGN.md 4): the same table cell, reached by the coordinator's timeout abort",
+	},
+
+	// Open: group coordinator (28_txn_offset_commit.go).
+	{
+		scenario: "txn_offsets", step: "tv1 TxnOffsetCommit before AddOffsetsToTxn",
+		kafka: "TRANSACTION_ABORTABLE", bundled: "INVALID_TXN_STATE",
+		why: "open: TxnOffsetCommit v4 clients know TRANSACTION_ABORTABLE; only v0-3 get INVALID_TXN_STATE",
+	},
+	{
+		scenario: "txn_offsets", step: "tv2 TxnOffsetCommit v5 with the fenced epoch",
+		kafka: "INVALID_PRODUCER_EPOCH", bundled: "PRODUCER_FENCED",
+		why: "open: Kafka turns the coordinator's PRODUCER_FENCED into INVALID_PRODUCER_EPOCH for every version",
+	},
+
+	// Not served: API versions and keys.
+	{scenario: "api_versions", step: "key 00 Produce", kafka: "v0-13", bundled: "v3-13",
+		why: "not served: v0-2 carry only magic 0/1 message sets"},
+	{scenario: "api_versions", step: "key 01 Fetch", kafka: "v4-18", bundled: "v4-17",
+		why: "not served: v18 only matters to replica fetchers; there are none"},
+	{scenario: "api_versions", step: "key 02 ListOffsets", kafka: "v1-11", bundled: "v1-10",
+		why: "not served: v11 adds the tiered-storage timestamp -6"},
+	{scenario: "api_versions", step: "key 03 Metadata", kafka: "v0-13", bundled: "v0-12",
+		why: "not served: v13 adds a top-level error code for re-bootstrapping"},
+	{scenario: "api_versions", step: "key 18 ApiVersions", kafka: "v0-5", bundled: "v0-4",
+		why: "not served: v5's cluster and node id checks"},
+	{scenario: "api_versions", step: "key 19 CreateTopics", kafka: "v2-7", bundled: "v0-7",
+		why: "deliberate: the bundled broker still serves versions Kafka 4.0 removed"},
+	{scenario: "api_versions", step: "key 20 DeleteTopics", kafka: "v1-6", bundled: "v0-6",
+		why: "deliberate: as above"},
+	{scenario: "api_versions", step: "key 23 OffsetForLeaderEpoch", kafka: "v2-4", bundled: "v0-4",
+		why: "deliberate: as above"},
+	{scenario: "api_versions", step: "key 27 WriteTxnMarkers", kafka: "v1-2", bundled: "v0-2",
+		why: "deliberate: as above"},
+	{scenario: "api_versions", step: "key 32 DescribeConfigs", kafka: "v1-4", bundled: "v0-4",
+		why: "deliberate: as above"},
+	{scenario: "api_versions", step: "key 95 TxnShareAcknowledge", kafka: "not served", bundled: "v0-0",
+		why: "deliberate: KIP-1289, which Kafka does not have"},
+	{scenario: "api_versions", step: "key 96 AddShareAcksToTxn", kafka: "not served", bundled: "v0-0",
+		why: "deliberate: KIP-1289, which Kafka does not have"},
+	{scenario: "api_versions", step: "other keys served",
+		kafka:   "17 21 29 30 31 33 34 35 36 37 38 39 40 41 43 48 49 50 51 55 57 60 64 68 69 74 75 80 81 83 84 85 86 87 88 89 91 92 93 94",
+		bundled: "",
+		why:     "not served: security, quotas, log dirs, KRaft, consumer and streams groups, share-state RPCs, share offset admin"},
+	{scenario: "api_versions", step: "finalized features",
+		kafka:   "eligible.leader.replicas.version=1 group.version=1 kraft.version=1 metadata.version=33 share.version=2 streams.version=1 transaction.version=2",
+		bundled: "share.version=3 transaction.version=2",
+		why:     "deliberate: share.version 3 announces KIP-1289; the other features describe machinery the bundled broker has not"},
+
+	// Open: share-group configs (share_group_config.go, 32, 44).
+	{scenario: "group_configs", step: "set by_duration", kafka: "OK", bundled: "INVALID_CONFIG",
+		why: "open: KIP-1106's by_duration:<ISO-8601> value of share.auto.offset.reset"},
+	{scenario: "group_configs", step: "describe after by_duration",
+		kafka:   "OK share.auto.offset.reset=by_duration:PT1H(source=8 readOnly=false type=2)",
+		bundled: "OK share.auto.offset.reset=earliest(source=8 readOnly=false type=2)",
+		why:     "open: follows from the refused by_duration value"},
+	{scenario: "group_configs", step: "empty group name", kafka: "INVALID_REQUEST", bundled: "INVALID_GROUP_ID",
+		why: "open: IncrementalAlterConfigs on a GROUP resource with an empty name"},
+	{scenario: "group_configs", step: "every group config",
+		kafka:   "consumer.assignment.interval.ms consumer.heartbeat.interval.ms consumer.session.timeout.ms errors.deadletterqueue.copy.record.enable errors.deadletterqueue.topic.name share.assignment.interval.ms share.auto.offset.reset share.delivery.count.limit share.heartbeat.interval.ms share.isolation.level share.partition.max.record.locks share.record.lock.duration.ms share.renew.acknowledge.enable share.session.timeout.ms streams.assignment.interval.ms streams.assignor.name streams.heartbeat.interval.ms streams.initial.rebalance.delay.ms streams.num.standby.replicas streams.rack.aware.assignment.tags streams.session.timeout.ms",
+		bundled: "share.auto.offset.reset share.delivery.count.limit share.heartbeat.interval.ms share.record.lock.duration.ms share.session.timeout.ms",
+		why:     "open: the bundled broker knows the five share configs it enforces"},
+
+	// Open: share groups (share_*.go, 76-79).
+	{scenario: "share_heartbeat", step: "unknown member, epoch 1", kafka: "GROUP_ID_NOT_FOUND", bundled: "UNKNOWN_MEMBER_ID",
+		why: "open: a heartbeat at a non-zero epoch to a group that does not exist"},
+	{scenario: "share_heartbeat", step: "join",
+		kafka:   "OK epoch=2 sameMemberID=true interval>0=true assignment=0 partitions",
+		bundled: "OK epoch=2 sameMemberID=true interval>0=true assignment=2 partitions",
+		why:     "deliberate: the bundled broker assigns synchronously on join; Kafka's assignor runs later"},
+	{scenario: "share_heartbeat", step: "heartbeat at an older epoch",
+		kafka:   "OK epoch=base+0 sameMemberID=true interval>0=true assignment=none",
+		bundled: "FENCED_MEMBER_EPOCH",
+		why:     "open: Kafka accepts the member's previous epoch (a lost heartbeat answer)"},
+	{scenario: "share_heartbeat", step: "rejoin at epoch 0 with the same member id",
+		kafka:   "OK epoch=base+0 sameMemberID=true interval>0=true assignment=2 partitions",
+		bundled: "OK epoch=base+1 sameMemberID=true interval>0=true assignment=2 partitions",
+		why:     "open: Kafka keeps the epoch of a member that rejoins with an unchanged subscription"},
+	{scenario: "share_heartbeat", step: "second member joins",
+		kafka:   "OK epoch=3 sameMemberID=true interval>0=true assignment=0 partitions",
+		bundled: "OK epoch=6 sameMemberID=true interval>0=true assignment=2 partitions",
+		why:     "open: follows from the two rows above (epoch) and synchronous assignment"},
+	{scenario: "share_heartbeat", step: "leave",
+		kafka:   "OK epoch=-1 sameMemberID=true interval>0=false assignment=none",
+		bundled: "OK epoch=-1 sameMemberID=false interval>0=false assignment=none",
+		why:     "open: Kafka echoes the member id in the answer to a leave"},
+	{scenario: "share_heartbeat", step: "second member leaves",
+		kafka:   "OK epoch=-1 sameMemberID=true interval>0=false assignment=none",
+		bundled: "OK epoch=-1 sameMemberID=false interval>0=false assignment=none",
+		why:     "open: as above"},
+	{scenario: "share_fetch", step: "fetch before joining",
+		kafka:   "OK lockTimeout>0=true UNKNOWN_SERVER_ERROR ack=OK acquired=[] values=[] controls=[]",
+		bundled: "top-level UNKNOWN_MEMBER_ID",
+		why:     "open: Kafka does not check membership in ShareFetch; here its share-partition is not initialized yet"},
+	{scenario: "share_fetch", step: "acknowledge an offset already accepted", kafka: "OK [OK]", bundled: "OK [INVALID_RECORD_STATE]",
+		why: "open: Kafka ignores acknowledgements below the share-partition start offset"},
+	{scenario: "share_fetch", step: "fetch by a member the group does not have",
+		kafka:   "OK lockTimeout>0=true OK ack=OK acquired=[] values=[] controls=[]",
+		bundled: "top-level UNKNOWN_MEMBER_ID",
+		why:     "open: Kafka does not check membership in ShareFetch"},
+}
