@@ -37,6 +37,10 @@ type Config struct {
 	// without being acknowledged is archived.
 	DeliveryLimit int
 	Faults        Faults
+	// TxnHold keeps every transaction open this long after producing its
+	// output and before committing, as a slow transform would: it widens
+	// the window in which a late marker can meet an open transaction.
+	TxnHold time.Duration
 	// MaxDuration bounds the run; past it the run stops and reports what
 	// it has.
 	MaxDuration time.Duration

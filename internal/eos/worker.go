@@ -220,6 +220,16 @@ func (in *instance) transact(ctx context.Context, records []*kgo.Record) (commit
 		in.prod.Produce(ctx, &kgo.Record{Topic: in.pool.cfg.Output, Key: r.Key, Value: r.Value}, nil)
 	}
 	acks := in.cons.Acks(records, wire.AckAccept)
+	if hold := in.pool.cfg.TxnHold; hold > 0 {
+		if err := in.prod.Flush(ctx); err != nil {
+			in.log.Info("flush failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(hold):
+		}
+	}
 	if in.slot.slow.CompareAndSwap(true, false) {
 		in.pool.stats.fault("slow_worker_lock_expired")
 		in.log.Info("fault: slow worker waits past its locks")
