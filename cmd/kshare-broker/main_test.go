@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func buildBroker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kshare-broker")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+// TestReadyLineServeAndStop starts the command as a process: it prints
+// exactly one ready line naming every node, serves Kafka clients, and exits
+// cleanly on SIGTERM.
+func TestReadyLineServeAndStop(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(stdout)
+	require.True(t, lines.Scan(), "no ready line")
+	ready := lines.Text()
+	require.True(t, strings.HasPrefix(ready, "kshare-broker ready bootstrap="), ready)
+	seeds := strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
+	require.Len(t, seeds, 3)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "cmd-test", Value: []byte("v")}).FirstErr())
+	cl.Close()
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.False(t, lines.Scan(), "stdout must carry nothing but the ready line, got %q", lines.Text())
+	require.NoError(t, cmd.Wait(), "exit status after SIGTERM")
+}
+
+func TestBadFlagsFail(t *testing.T) {
+	bin := buildBroker(t)
+	for _, args := range [][]string{
+		{"-nodes", "0"},
+		{"-log-level", "loud"},
+		{"-port", "70000"},
+		{"-no-such-flag"},
+	} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "args %v: %s", args, out)
+		require.NotEqual(t, 0, exit.ExitCode())
+		require.Contains(t, string(out), "kshare-broker", "args %v must say what is wrong", args)
+	}
+}
