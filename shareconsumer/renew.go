@@ -63,6 +63,19 @@ func (s *session) renewStepLocked(now time.Time, due map[wire.TopicPartition][]*
 	merged := make(map[wire.TopicPartition]*jobPart, len(due))
 	for tp, srs := range due {
 		sort.Slice(srs, func(i, j int) bool { return srs[i].off < srs[j].off })
+		// One staging unit per partition per request: the broker refuses a
+		// partition's RENEW as a whole, and a unit whose commit lands while
+		// the RENEW is in flight must not stop the renewal of the others.
+		// The rest are due again on the next step.
+		unit := srs[0].unit
+		kept := srs[:0]
+		for _, sr := range srs {
+			if sr.unit == unit {
+				kept = append(kept, sr)
+			}
+		}
+		srs = kept
+		due[tp] = srs
 		p := &jobPart{topicID: srs[0].acq.topicID}
 		for _, sr := range srs {
 			sr.renewing = true

@@ -17,15 +17,23 @@ import (
 
 // Config describes one consume-transform-produce run.
 type Config struct {
-	Seeds  []string
-	Input  string // created with InputPartitions partitions
+	// Seeds are the cluster's bootstrap addresses.
+	Seeds []string
+	// Input is the topic of input records, created with InputPartitions
+	// partitions; Output, created alike, receives one output per input.
+	Input  string
 	Output string
-	Group  string
+	// Group is the share group the workers consume Input in.
+	Group string
 
+	// InputPartitions is the partition count of both topics (default 6).
 	InputPartitions int32
-	Records         int
-	Workers         int
-	TxnSize         int
+	// Records is how many input records the run writes and processes.
+	Records int
+	// Workers is how many worker instances run at once (default 4).
+	Workers int
+	// TxnSize caps the records of one transaction (default 500).
+	TxnSize int
 	// TxnTimeout is each worker's transaction timeout; a killed worker's
 	// open transaction is aborted when a new instance fences it or when it
 	// times out.
@@ -36,7 +44,8 @@ type Config struct {
 	// (default 10, the most Kafka allows): a record delivered that often
 	// without being acknowledged is archived.
 	DeliveryLimit int
-	Faults        Faults
+	// Faults selects the faults injected while the run runs.
+	Faults Faults
 	// TxnHold keeps every transaction open this long after producing its
 	// output and before committing, as a slow transform would: it widens
 	// the window in which a late marker can meet an open transaction.
@@ -44,7 +53,8 @@ type Config struct {
 	// MaxDuration bounds the run; past it the run stops and reports what
 	// it has.
 	MaxDuration time.Duration
-	Logger      *slog.Logger
+	// Logger receives the run's log lines (default: discard).
+	Logger *slog.Logger
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
 }
@@ -68,7 +78,8 @@ type Faults struct {
 	// AbortEvery aborts every n-th transaction of each worker on purpose
 	// (0: never).
 	AbortEvery int
-	Interval   time.Duration
+	// Interval is the pause between two faults (default 100ms).
+	Interval time.Duration
 	// MaxPerKind bounds how often each fault fires (coordinator moves:
 	// ten times as often). Bounded faults keep every record's deliveries
 	// under the delivery limit, so that no record is archived and any
@@ -83,14 +94,16 @@ func (f Faults) Any() bool {
 
 // Progress is the state of a run, reported once a second.
 type Progress struct {
-	Elapsed      time.Duration
-	Acknowledged int64 // input records whose share state is final
-	Inputs       int
-	Committed    int64
-	Aborted      int64
+	Elapsed      time.Duration // since the pipeline started
+	Acknowledged int64         // input records whose share state is final
+	Inputs       int           // input records in all
+	Committed    int64         // transactions committed so far
+	Aborted      int64         // transactions aborted so far
 }
 
-// Summary is the outcome of a run.
+// Summary is the outcome of a run: what the read_committed check found,
+// the run's counters and timings, and the faults injected, by name. The
+// JSON names are those of the report that examples/ctp writes.
 type Summary struct {
 	Check
 	TxnCommitted    int64            `json:"transactions_committed"`

@@ -4,20 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/txnclient"
 )
 
 // Check is what a read_committed reader found in the output.
 type Check struct {
-	Inputs     int `json:"inputs"`
-	Outputs    int `json:"outputs_seen"`
-	Duplicates int `json:"duplicates"`
-	Missing    int `json:"missing"`
+	Inputs     int `json:"inputs"`       // input ids expected
+	Outputs    int `json:"outputs_seen"` // committed output records read
+	Duplicates int `json:"duplicates"`   // extra copies of input ids
+	Missing    int `json:"missing"`      // input ids never seen`
 	// Archived counts inputs with no output whose last delivery reached
 	// the group's delivery limit in a transaction that did not commit: the
 	// broker archived them, as KIP-932 says, and the run reports them.
@@ -25,7 +27,8 @@ type Check struct {
 	// Unknown counts output values that are not input ids at all.
 	Unknown int `json:"unknown"`
 	// MissingSample lists the first missing ids as ranges ("a..b").
-	MissingSample   []string `json:"missing_sample,omitempty"`
+	MissingSample []string `json:"missing_sample,omitempty"`
+	// DuplicateSample lists the first ids seen more than once.
 	DuplicateSample []string `json:"duplicate_sample,omitempty"`
 }
 
@@ -147,13 +150,18 @@ func readPartition(ctx context.Context, cl *kgo.Client, topic string, partition 
 	return nil
 }
 
+// fetchAttempts bounds how often fetchOnce asks again after a retriable
+// error (a leader that moved, say).
+const fetchAttempts = 20
+
 // fetchOnce fetches one partition from its current leader, refreshing
-// metadata and retrying on leadership errors.
+// metadata and retrying retriable errors with kshare's jittered backoff.
 func fetchOnce(ctx context.Context, cl *kgo.Client, topic string, partition int32, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
-	for attempt := 0; ; attempt++ {
+	bo := backoff.WithMaxRetries(txnclient.NewBackoff(ctx), fetchAttempts)
+	return backoff.RetryWithData(func() (*kmsg.FetchResponseTopicPartition, error) {
 		leader, topicID, err := leaderOf(ctx, cl, topic, partition)
 		if err != nil {
-			return nil, err
+			return nil, backoff.Permanent(err)
 		}
 		req := kmsg.NewPtrFetchRequest()
 		req.MaxWaitMillis = 0
@@ -168,28 +176,28 @@ func fetchOnce(ctx context.Context, cl *kgo.Client, topic string, partition int3
 		req.Topics = append(req.Topics, rt)
 		raw, err := cl.Broker(int(leader)).Request(ctx, req)
 		if err != nil {
-			return nil, err
+			return nil, backoff.Permanent(fmt.Errorf("fetch from node %d: %w", leader, err))
 		}
 		resp := raw.(*kmsg.FetchResponse)
 		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return nil, fmt.Errorf("fetch answered %d topics", len(resp.Topics))
+			return nil, backoff.Permanent(fmt.Errorf("fetch answered %d topics", len(resp.Topics)))
 		}
 		p := &resp.Topics[0].Partitions[0]
 		err = kerr.ErrorForCode(p.ErrorCode)
 		if err == nil {
 			return p, nil
 		}
-		if !kerr.IsRetriable(err) || attempt >= 20 {
-			return nil, err
+		if !kerr.IsRetriable(err) {
+			return nil, backoff.Permanent(err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil, err
+	}, bo)
 }
 
+// errPartitionUnknown means metadata does not list the partition.
+var errPartitionUnknown = errors.New("partition not in metadata")
+
+// leaderOf returns the leader and the topic id of one partition.
 func leaderOf(ctx context.Context, cl *kgo.Client, topic string, partition int32) (int32, [16]byte, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
@@ -197,7 +205,7 @@ func leaderOf(ctx context.Context, cl *kgo.Client, topic string, partition int32
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return 0, [16]byte{}, err
+		return 0, [16]byte{}, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
@@ -206,5 +214,5 @@ func leaderOf(ctx context.Context, cl *kgo.Client, topic string, partition int32
 			}
 		}
 	}
-	return 0, [16]byte{}, errors.New("partition not in metadata")
+	return 0, [16]byte{}, fmt.Errorf("metadata of %s: %w", topic, errPartitionUnknown)
 }

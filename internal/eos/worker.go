@@ -58,23 +58,26 @@ func (p *workerPool) run(ctx context.Context) {
 }
 
 // start runs a new instance of s until ctx ends, restarting it after
-// failures for as long as it owns the slot.
+// failures, with kshare's jittered backoff, for as long as it owns the
+// slot.
 func (p *workerPool) start(ctx context.Context, s *slot) {
 	gen := s.gen.Add(1)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		bo := txnclient.NewBackoff(ctx)
 		for ctx.Err() == nil && s.gen.Load() == gen {
 			err := p.runInstance(ctx, s, gen)
 			if ctx.Err() != nil {
 				return
 			}
 			p.stats.restarts.Add(1)
-			p.cfg.Logger.Info("worker stopped", "worker", s.index, "generation", gen, "err", err)
+			wait := bo.NextBackOff()
+			p.cfg.Logger.Info("worker stopped; restarting", "worker", s.index, "generation", gen, "err", err, "backoff", wait)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(wait):
 			}
 		}
 	}()

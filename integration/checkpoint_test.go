@@ -1,0 +1,68 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/eos"
+)
+
+// TestCheckpointExactlyOnceWithFailedCheckpoints runs the checkpointing
+// pipeline of examples/checkpoint, shortened, on a bundled cluster: source
+// readers stage their acknowledgements per checkpoint and commit them
+// through the acknowledger when the checkpoint completes. Checkpoints fail
+// on purpose, a reader stalls past its locks so that it declines one, and
+// some checkpoints take longer than the lock duration. The committed sink
+// must hold every input exactly once, every input must be acknowledged,
+// and no record may be delivered again while its checkpoint is staged.
+func TestCheckpointExactlyOnceWithFailedCheckpoints(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c, err := broker.NewCluster(broker.Nodes(3))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	const lock = 2 * time.Second
+	sum, err := eos.RunCheckpoint(ctx, eos.CheckpointConfig{
+		Seeds:         c.Bootstrap(),
+		Input:         "checkpoint-input",
+		Group:         "checkpoint",
+		Records:       20000,
+		Readers:       3,
+		Interval:      50 * time.Millisecond,
+		FailEvery:     4,
+		LongEvery:     3,
+		SlowSnapshots: 1,
+		LockDuration:  lock,
+		MaxDuration:   3 * time.Minute,
+	})
+	require.NoError(t, err)
+	var table bytes.Buffer
+	require.NoError(t, sum.WriteTable(&table))
+	t.Logf("checkpoint run:\n%s", table.String())
+
+	require.Equal(t, 20000, sum.Inputs)
+	require.Zero(t, sum.Duplicates, "duplicates, e.g. %v", sum.DuplicateSample)
+	require.Zero(t, sum.Missing, "missing, e.g. %v", sum.MissingSample)
+	require.Zero(t, sum.Unknown)
+	require.Zero(t, sum.Archived, "bounded failures keep every record under the delivery limit")
+	require.Zero(t, sum.Unacknowledged)
+	require.Equal(t, 20000, sum.Outputs)
+
+	require.Positive(t, sum.FailedOnPurpose, "checkpoints failed on purpose")
+	require.Positive(t, sum.DeclinedByReader, "a stalled reader's staging fails and it declines")
+	require.Equal(t, int64(1), sum.Faults["slow_snapshot"])
+	require.Positive(t, sum.Redelivered, "the records of failed checkpoints come back")
+	require.Positive(t, sum.LongCheckpoints, "checkpoints held past the lock duration")
+	require.Positive(t, sum.RecordsHeldPastLock)
+	require.Zero(t, sum.StagedRedelivered, "staged locks are renewed until the checkpoint ends")
+	require.True(t, sum.OK())
+	require.Equal(t, "exactly-once: OK", sum.Verdict())
+}

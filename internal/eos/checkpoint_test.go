@@ -1,0 +1,165 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestCommittedSinkCheckFindsDuplicatesMissingAndUnknown(t *testing.T) {
+	sink := newCommittedSink(10)
+	sink.commit([]string{ID(0), ID(1), ID(2), ID(5), ID(6)})
+	sink.commit([]string{ID(5), ID(8), ID(9), "not-an-id"})
+	require.Equal(t, int64(9), sink.total())
+
+	check := sink.check(10, map[string]bool{ID(7): true})
+	require.False(t, check.OK())
+	require.Equal(t, 10, check.Inputs)
+	require.Equal(t, 9, check.Outputs)
+	require.Equal(t, 1, check.Duplicates)
+	require.Equal(t, []string{ID(5)}, check.DuplicateSample)
+	require.Equal(t, 2, check.Missing)
+	require.Equal(t, []string{ID(3) + ".." + ID(4)}, check.MissingSample)
+	require.Equal(t, 1, check.Archived, "a missing id known to be archived is reported as such")
+	require.Equal(t, 1, check.Unknown)
+
+	sum := CheckpointSummary{Check: check}
+	require.Equal(t, "exactly-once: FAILED (1 duplicates, 2 missing, 1 unknown)", sum.Verdict())
+	var table strings.Builder
+	require.NoError(t, sum.WriteTable(&table))
+	require.True(t, strings.HasSuffix(table.String(), sum.Verdict()+"\n"), table.String())
+	require.Contains(t, table.String(), "missing (sample)")
+}
+
+func TestCommittedSinkCheckOKAndUnacknowledged(t *testing.T) {
+	sink := newCommittedSink(3)
+	sink.commit([]string{ID(2), ID(0), ID(1)})
+	sum := CheckpointSummary{Check: sink.check(3, nil)}
+	require.True(t, sum.OK())
+	require.Equal(t, "exactly-once: OK", sum.Verdict())
+	sum.Unacknowledged = 2
+	require.False(t, sum.OK())
+	require.Equal(t, "exactly-once: FAILED (2 inputs not acknowledged)", sum.Verdict())
+}
+
+func TestRunCheckpointRejectsBadConfig(t *testing.T) {
+	ctx := context.Background()
+	valid := CheckpointConfig{Seeds: []string{"127.0.0.1:1"}, Input: "in", Group: "g", Records: 1}
+	for name, mutate := range map[string]func(*CheckpointConfig){
+		"no seeds":          func(c *CheckpointConfig) { c.Seeds = nil },
+		"no group":          func(c *CheckpointConfig) { c.Group = "" },
+		"no records":        func(c *CheckpointConfig) { c.Records = 0 },
+		"negative schedule": func(c *CheckpointConfig) { c.LongEvery = -1 },
+		"fail every one":    func(c *CheckpointConfig) { c.FailEvery = 1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := valid
+			mutate(&cfg)
+			_, err := RunCheckpoint(ctx, cfg)
+			require.ErrorContains(t, err, "checkpoint config")
+		})
+	}
+}
+
+// drainKinds returns the kinds and ids of the messages in a reader's inbox.
+func drainKinds(r *checkpointReader) []readerMsg {
+	var out []readerMsg
+	for _, m := range r.box.drain() {
+		out = append(out, readerMsg{kind: m.kind, id: m.id})
+	}
+	return out
+}
+
+func TestCheckpointCoordinatorDecidesInOrder(t *testing.T) {
+	const lock = 2 * time.Second
+	cfg := CheckpointConfig{FailEvery: 3, LongEvery: 2, LockDuration: lock}
+	cfg.defaults()
+	stats := &checkpointStats{}
+	readers := []*checkpointReader{
+		newCheckpointReader(0, cfg, stats, nil, nil),
+		newCheckpointReader(1, cfg, stats, nil, nil),
+	}
+	c := &checkpointCoordinator{cfg: cfg, readers: readers, stats: stats}
+	t0 := time.Now()
+	var queue []*inFlight
+	for id := int64(1); id <= 6; id++ {
+		queue = append(queue, c.trigger(id, t0))
+	}
+	for _, r := range readers {
+		require.Len(t, drainKinds(r), 6, "a barrier per checkpoint")
+	}
+	declined := errors.New("lock expired")
+	answers := []snapshotResult{
+		{reader: 0, id: 1}, {reader: 1, id: 1}, // empty
+		{reader: 0, id: 2, records: 5}, {reader: 1, id: 2}, // 1st with records: fails on purpose
+		{reader: 0, id: 3, records: 5, declined: declined}, {reader: 1, id: 3, records: 1}, // declined
+		{reader: 0, id: 4, records: 1}, {reader: 1, id: 4, records: 1}, // 2nd: long
+		{reader: 0, id: 5, records: 1}, {reader: 1, id: 5}, // 3rd: completes
+		{reader: 0, id: 6, records: 1}, // 4th, but reader 1 has not answered
+	}
+	for _, a := range answers {
+		c.answer(queue, a)
+	}
+
+	queue = c.decideReady(queue, t0)
+	want := []readerMsg{{kind: msgComplete, id: 1}, {kind: msgAbort, id: 2}, {kind: msgAbort, id: 3}}
+	for _, r := range readers {
+		require.Equal(t, want, drainKinds(r))
+	}
+	require.Len(t, queue, 3, "the long checkpoint 4 waits, and 5 and 6 behind it")
+
+	queue = c.decideReady(queue, t0.Add(2*lock))
+	want = []readerMsg{{kind: msgComplete, id: 4}, {kind: msgComplete, id: 5}}
+	for _, r := range readers {
+		require.Equal(t, want, drainKinds(r))
+	}
+	require.Len(t, queue, 1, "checkpoint 6 waits for reader 1")
+
+	c.answer(queue, snapshotResult{reader: 1, id: 6})
+	queue = c.decideReady(queue, t0.Add(2*lock))
+	require.Empty(t, queue)
+	for _, r := range readers {
+		require.Equal(t, []readerMsg{{kind: msgAbort, id: 6}}, drainKinds(r), "the 4th checkpoint with records fails on purpose")
+	}
+	require.Equal(t, int64(3), stats.completed.Load())
+	require.Equal(t, int64(2), stats.completedWithRecords.Load())
+	require.Equal(t, int64(2), stats.longCompleted.Load(), "4, and 5 that waited behind it")
+	require.Equal(t, int64(2), stats.failedOnPurpose.Load())
+	require.Equal(t, int64(1), stats.declined.Load())
+}
+
+func TestCheckpointCoordinatorAsksReadersInTurnToStall(t *testing.T) {
+	cfg := CheckpointConfig{SlowSnapshots: 1}
+	cfg.defaults()
+	stats := &checkpointStats{}
+	readers := []*checkpointReader{
+		newCheckpointReader(0, cfg, stats, nil, nil),
+		newCheckpointReader(1, cfg, stats, nil, nil),
+	}
+	c := &checkpointCoordinator{cfg: cfg, readers: readers, stats: stats}
+	stalls := func() []bool {
+		var out []bool
+		for _, r := range readers {
+			for _, m := range r.box.drain() {
+				out = append(out, m.stall)
+			}
+		}
+		return out
+	}
+	queue := []*inFlight{c.trigger(1, time.Now())}
+	require.Equal(t, []bool{true, false}, stalls(), "reader 0 is asked first")
+	queue = append(queue, c.trigger(2, time.Now()))
+	require.Equal(t, []bool{false, false}, stalls(), "one request at a time")
+
+	c.answer(queue, snapshotResult{reader: 0, id: 1, stallAsked: true}) // nothing to snapshot
+	queue = append(queue, c.trigger(3, time.Now()))
+	require.Equal(t, []bool{false, true}, stalls(), "then reader 1")
+
+	c.answer(queue, snapshotResult{reader: 1, id: 3, stallAsked: true, stalled: true})
+	c.trigger(4, time.Now())
+	require.Equal(t, []bool{false, false}, stalls(), "SlowSnapshots reached")
+}
