@@ -2,7 +2,6 @@ package acknowledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 
@@ -23,7 +22,7 @@ import (
 // Do not modify acks afterwards.
 func (a *Acknowledger) Stage(checkpointID int64, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
 	const op = "stage checkpoint acknowledgements"
-	if err := validate(acks, meta); err != nil {
+	if err := txnclient.ValidateShareAcks(acks, meta); err != nil {
 		return txnclient.Usage(op, err)
 	}
 	a.mu.Lock()
@@ -46,23 +45,6 @@ func (a *Acknowledger) Stage(checkpointID int64, acks *wire.ShareAcks, meta wire
 	a.staged = append(a.staged, checkpoint{})
 	copy(a.staged[i+1:], a.staged[i:])
 	a.staged[i] = checkpoint{id: checkpointID, acks: acks, meta: meta}
-	return nil
-}
-
-func validate(acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
-	if acks == nil {
-		return errors.New("nil acknowledgements")
-	}
-	if meta.GroupID == "" || meta.MemberID == "" {
-		return fmt.Errorf("share group metadata needs a group id and a member id (got %q, %q)", meta.GroupID, meta.MemberID)
-	}
-	for _, tp := range acks.Partitions() {
-		for _, r := range acks.Records(tp) {
-			if !r.Type.Transactional() {
-				return fmt.Errorf("offset %d of %s/%d: %s cannot be committed in a transaction", r.Offset, tp.Topic, tp.Partition, r.Type)
-			}
-		}
-	}
 	return nil
 }
 

@@ -2,27 +2,23 @@ package acknowledger_test
 
 import (
 	"context"
-	"errors"
-	"log/slog"
-	"os"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
 const (
-	testTimeout = 90 * time.Second
-	topic       = "in"
-	group       = "g"
+	topic = "in"
+	group = "g"
 )
 
 // env is a bundled cluster with a topic of inputs and a share group that
@@ -36,48 +32,17 @@ type env struct {
 
 func newEnv(t *testing.T, partitions int32, inputs int, opts ...broker.Opt) *env {
 	t.Helper()
-	c, err := broker.NewCluster(opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	admin, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
-	e := &env{t: t, c: c, admin: admin, ctx: ctx}
-
-	ct := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
-	ct.Topics = append(ct.Topics, rt)
-	ctr, err := ct.RequestWith(ctx, admin)
-	require.NoError(t, err)
-	require.NoError(t, kerr.ErrorForCode(ctr.Topics[0].ErrorCode))
-
-	ac := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	cfg.Name, cfg.Value = "share.auto.offset.reset", kmsg.StringPtr("earliest")
-	res.Configs = append(res.Configs, cfg)
-	ac.Resources = append(ac.Resources, res)
-	acr, err := ac.RequestWith(ctx, admin)
-	require.NoError(t, err)
-	require.NoError(t, kerr.ErrorForCode(acr.Resources[0].ErrorCode))
-
-	recs := make([]*kgo.Record, inputs)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Value: []byte(strconv.Itoa(i))}
+	c := testkit.Cluster(t, opts...)
+	e := &env{t: t, c: c, ctx: testkit.Context(t)}
+	e.admin = testkit.Client(t, c.Bootstrap(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	testkit.CreateTopic(e.ctx, t, e.admin, topic, partitions)
+	testkit.SetGroupConfigs(e.ctx, t, e.admin, group, "share.auto.offset.reset", "earliest")
+	values := make([]string, inputs)
+	for i := range values {
+		values[i] = strconv.Itoa(i)
 	}
-	require.NoError(t, admin.ProduceSync(ctx, recs...).FirstErr())
+	testkit.ProduceRoundRobin(e.ctx, t, e.admin, topic, partitions, values...)
 	return e
-}
-
-func testLogger() *slog.Logger {
-	if os.Getenv("KSHARE_TEST_DEBUG") == "" {
-		return slog.New(slog.DiscardHandler)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // consumer returns a share consumer of the inputs, in Transactional mode
@@ -90,7 +55,7 @@ func (e *env) consumer(opts ...shareconsumer.Opt) *shareconsumer.Consumer {
 		shareconsumer.Topics(topic),
 		shareconsumer.Mode(shareconsumer.Transactional),
 		shareconsumer.MaxWait(200 * time.Millisecond),
-		shareconsumer.Logger(testLogger()),
+		shareconsumer.Logger(testkit.Logger()),
 	}, opts...)...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { c.Close(context.Background()) })
@@ -103,7 +68,7 @@ func (e *env) acknowledger(txnID string, opts ...acknowledger.Opt) *acknowledger
 	a, err := acknowledger.New(append([]acknowledger.Opt{
 		acknowledger.SeedBrokers(e.c.Bootstrap()...),
 		acknowledger.TransactionalID(txnID),
-		acknowledger.Logger(testLogger()),
+		acknowledger.Logger(testkit.Logger()),
 	}, opts...)...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { a.Close(context.Background()) })
@@ -111,42 +76,25 @@ func (e *env) acknowledger(txnID string, opts ...acknowledger.Opt) *acknowledger
 	return a
 }
 
-// poll polls c until want distinct values arrived and returns the records.
+// poll polls c until want distinct values arrived and returns the first
+// record of each.
 func (e *env) poll(c *shareconsumer.Consumer, want int) []*kgo.Record {
 	e.t.Helper()
 	seen := make(map[string]bool)
 	var out []*kgo.Record
-	for len(seen) < want {
-		recs, err := c.Poll(e.ctx)
-		if e.ctx.Err() != nil {
-			e.t.Fatalf("got %d of %d records before the deadline", len(seen), want)
+	testkit.PollValues(e.ctx, e.t, c, want, func(r *kgo.Record) {
+		if !seen[string(r.Value)] {
+			seen[string(r.Value)] = true
+			out = append(out, r)
 		}
-		require.NoError(e.t, err)
-		for _, r := range recs {
-			if !seen[string(r.Value)] {
-				seen[string(r.Value)] = true
-				out = append(out, r)
-			}
-		}
-	}
+	})
 	return out
 }
 
 // expectNothing polls for d and fails if a record arrives.
 func (e *env) expectNothing(c *shareconsumer.Consumer, d time.Duration) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, d)
-	defer cancel()
-	for {
-		recs, err := c.Poll(ctx)
-		if len(recs) > 0 {
-			e.t.Fatalf("%d records delivered, first %q (delivery %v)", len(recs), recs[0].Value, deliveries(c, recs[:1]))
-		}
-		if errors.Is(err, context.DeadlineExceeded) && e.ctx.Err() == nil {
-			return
-		}
-		require.NoError(e.t, err)
-	}
+	testkit.ExpectNothing(e.ctx, e.t, c, d)
 }
 
 func deliveries(c *shareconsumer.Consumer, recs []*kgo.Record) []int16 {
@@ -157,45 +105,17 @@ func deliveries(c *shareconsumer.Consumer, recs []*kgo.Record) []int16 {
 	return out
 }
 
-// startOffsets returns the group's start offsets: every offset below is
-// ACKNOWLEDGED or ARCHIVED.
-func (e *env) startOffsets() map[int32]int64 {
-	e.t.Helper()
-	req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
-	rg := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
-	rg.GroupID = group
-	req.Groups = append(req.Groups, rg)
-	resp, err := req.RequestWith(e.ctx, e.admin)
-	require.NoError(e.t, err)
-	out := make(map[int32]int64)
-	for _, g := range resp.Groups {
-		for _, t := range g.Topics {
-			for _, p := range t.Partitions {
-				out[p.Partition] = p.StartOffset
-			}
-		}
-	}
-	return out
-}
-
-// allDone waits until every partition's start offset reached end.
+// allDone waits until every partition's start offset reached end: every
+// record below is ACKNOWLEDGED or ARCHIVED.
 func (e *env) allDone(partitions int32, end int64) {
 	e.t.Helper()
-	for {
-		got := e.startOffsets()
-		done := true
+	testkit.Eventually(e.ctx, e.t, fmt.Sprintf("every partition's start offset at %d", end), func() bool {
+		got := testkit.StartOffsets(e.ctx, e.t, e.admin, group, topic)
 		for p := range partitions {
 			if got[p] != end {
-				done = false
+				return false
 			}
 		}
-		if done {
-			return
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatalf("start offsets %v never all reached %d", got, end)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return true
+	})
 }

@@ -23,44 +23,47 @@ type config struct {
 	producer []producer.Opt
 }
 
-// SeedBrokers sets the host:port addresses used to discover the cluster.
-// Required.
-func SeedBrokers(addrs ...string) Opt {
-	return optFunc(func(c *config) { c.producer = append(c.producer, producer.SeedBrokers(addrs...)) })
+// viaProducer passes an option on to the acknowledger's producer, which
+// validates it when New creates the producer.
+func viaProducer(o producer.Opt) Opt {
+	return optFunc(func(c *config) { c.producer = append(c.producer, o) })
 }
 
-// TransactionalID sets the acknowledger's own transactional id. Required.
-// A second acknowledger (or producer) with the same id fences this one,
-// which then fails with txnclient.ErrFatal.
-func TransactionalID(id string) Opt {
-	return optFunc(func(c *config) { c.producer = append(c.producer, producer.TransactionalID(id)) })
-}
+// SeedBrokers sets the host:port addresses used to discover the cluster.
+// Required; New fails with txnclient.ErrUsage without them.
+func SeedBrokers(addrs ...string) Opt { return viaProducer(producer.SeedBrokers(addrs...)) }
+
+// TransactionalID sets the acknowledger's own transactional id. Required;
+// New fails with txnclient.ErrUsage without it. A second acknowledger (or
+// producer) with the same id fences this one, which then fails with
+// txnclient.ErrFatal.
+func TransactionalID(id string) Opt { return viaProducer(producer.TransactionalID(id)) }
 
 // TransactionTimeout sets the transaction timeout (default 60s): the
 // coordinator aborts a transaction left open longer, and every retry inside
-// one gives up when it elapses.
-func TransactionTimeout(d time.Duration) Opt {
-	return optFunc(func(c *config) { c.producer = append(c.producer, producer.TransactionTimeout(d)) })
-}
+// one gives up when it elapses. A timeout that is not positive makes New
+// fail with txnclient.ErrUsage; one above the broker's
+// transaction.max.timeout.ms makes InitTransactions fail with
+// txnclient.ErrFatal.
+func TransactionTimeout(d time.Duration) Opt { return viaProducer(producer.TransactionTimeout(d)) }
 
-// DialTLSConfig turns TLS on for every connection (kgo.DialTLSConfig).
-func DialTLSConfig(cfg *tls.Config) Opt {
-	return optFunc(func(c *config) { c.producer = append(c.producer, producer.DialTLSConfig(cfg)) })
-}
+// DialTLSConfig turns TLS on for every connection (kgo.DialTLSConfig). A
+// handshake failure surfaces as the error of the first request,
+// InitTransactions usually.
+func DialTLSConfig(cfg *tls.Config) Opt { return viaProducer(producer.DialTLSConfig(cfg)) }
 
 // SASL authenticates every connection with the first mechanism the broker
-// supports (kgo.SASL).
-func SASL(mechanisms ...sasl.Mechanism) Opt {
-	return optFunc(func(c *config) { c.producer = append(c.producer, producer.SASL(mechanisms...)) })
-}
+// supports (kgo.SASL). An authentication failure surfaces as the error of
+// the first request, InitTransactions usually.
+func SASL(mechanisms ...sasl.Mechanism) Opt { return viaProducer(producer.SASL(mechanisms...)) }
 
 // KgoOpts passes transport options (dialer, client id, request timeouts,
-// ...) to the underlying kgo.Client.
-func KgoOpts(opts ...kgo.Opt) Opt {
-	return optFunc(func(c *config) { c.producer = append(c.producer, producer.KgoOpts(opts...)) })
-}
+// ...) to the underlying kgo.Client; see producer.KgoOpts for what they
+// cannot change. New fails with txnclient.ErrUsage if kgo refuses one.
+func KgoOpts(opts ...kgo.Opt) Opt { return viaProducer(producer.KgoOpts(opts...)) }
 
-// Logger sets the structured logger (default: discard).
+// Logger sets the structured logger of the acknowledger and its producer
+// (default: discard). A nil logger makes New fail with txnclient.ErrUsage.
 func Logger(l *slog.Logger) Opt {
 	return optFunc(func(c *config) {
 		c.logger = l

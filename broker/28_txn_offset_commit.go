@@ -16,8 +16,10 @@ package broker
 // confirm that AddOffsetsToTxn added it (v0-4); its answer (e.g.
 // INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) becomes every
 // partition's error, and an unreachable coordinator COORDINATOR_NOT_AVAILABLE.
-// For v0-4 clients PRODUCER_FENCED reads INVALID_PRODUCER_EPOCH and
-// TRANSACTION_ABORTABLE INVALID_TXN_STATE, as Kafka maps them. The offsets
+// As Kafka's partition verification maps them, PRODUCER_FENCED reads
+// INVALID_PRODUCER_EPOCH for every version (clients expect that from a
+// partition), and TRANSACTION_ABORTABLE reads INVALID_TXN_STATE for v0-3,
+// which predate KIP-1050 (v4 clients know TRANSACTION_ABORTABLE). The offsets
 // are written as one transactional batch with the producer's id and epoch
 // and stay invisible (OffsetFetch answers the previous offset, or
 // UNSTABLE_OFFSET_COMMIT with RequireStable) until the transaction's COMMIT
@@ -62,13 +64,11 @@ func handleTxnOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	if groupErr == nil && anyValid(writes) {
 		partition := c.CoordinatorPartition(coordinatorGroup, req.Group)
 		groupErr = g.addOffsetsToTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, partition, req.Version < 5)
-		if groupErr != nil && req.Version < 5 {
-			switch groupErr {
-			case kerr.ProducerFenced:
-				groupErr = kerr.InvalidProducerEpoch
-			case kerr.TransactionAbortable:
-				groupErr = kerr.InvalidTxnState
-			}
+		switch {
+		case groupErr == kerr.ProducerFenced:
+			groupErr = kerr.InvalidProducerEpoch
+		case groupErr == kerr.TransactionAbortable && req.Version < 4:
+			groupErr = kerr.InvalidTxnState
 		}
 	}
 	if groupErr != nil {

@@ -2,11 +2,12 @@ package broker
 
 // DescribeConfigs: versions 0-4.
 //
-// GROUP resources (type 32): every supported group config
+// GROUP resources (type 32): every group config Kafka 4.4 has
 // (share_group_config.go) with its effective value, source GROUP_CONFIG
 // when set for the group and DEFAULT_CONFIG otherwise, its type and, when
 // asked, its documentation; any group name may be described, whether or
-// not the group exists (INVALID_GROUP_ID for an empty name). TOPIC
+// not the group exists (INVALID_REQUEST for the empty name, as Kafka
+// refuses a default group resource). TOPIC
 // resources (type 2): the configs the topic was created or altered with
 // (DYNAMIC_TOPIC_CONFIG) and the defaults of common topic configs that the
 // broker reports but does not enforce (DEFAULT_CONFIG);
@@ -60,7 +61,7 @@ func handleDescribeConfigs(c *Cluster, r *request) (kmsg.Response, error) {
 		switch rr.ResourceType {
 		case kmsg.ConfigResourceTypeGroupConfig:
 			if rr.ResourceName == "" {
-				err, msg = kerr.InvalidGroupID, "the group name is empty"
+				err, msg = kerr.InvalidRequest, "the group name is empty: there is no default group resource"
 				break
 			}
 			for _, d := range groupConfigDefs {

@@ -2,15 +2,17 @@ package broker
 
 // IncrementalAlterConfigs: versions 0-1.
 //
-// GROUP resources (type 32): SET and DELETE of the supported group configs
+// GROUP resources (type 32): SET and DELETE of Kafka 4.4's group configs
 // (share_group_config.go), every value validated, all of a resource's
-// changes applied or none (INVALID_CONFIG with the reason; APPEND and
-// SUBTRACT: there are no list group configs). TOPIC resources (type 2):
-// SET, DELETE, and APPEND/SUBTRACT on comma-separated values, kept in the
-// topic's configs without validation (as CreateTopics keeps them);
-// UNKNOWN_TOPIC_OR_PARTITION for an unknown topic. ValidateOnly checks
-// without changing anything. Other resource types get INVALID_REQUEST.
-// Skipped: authorization, broker configs.
+// changes applied or none (INVALID_CONFIG with the reason, also for APPEND
+// and SUBTRACT, which Kafka refuses for every group config, the list one
+// included); the empty group name is Kafka's
+// "default group resource", refused with INVALID_REQUEST. TOPIC resources
+// (type 2): SET, DELETE, and APPEND/SUBTRACT on comma-separated values,
+// kept in the topic's configs without validation (as CreateTopics keeps
+// them); UNKNOWN_TOPIC_OR_PARTITION for an unknown topic. ValidateOnly
+// checks without changing anything. Other resource types get
+// INVALID_REQUEST. Skipped: authorization, broker configs.
 
 import (
 	"slices"
@@ -33,7 +35,7 @@ func handleIncrementalAlterConfigs(c *Cluster, r *request) (kmsg.Response, error
 		switch rr.ResourceType {
 		case kmsg.ConfigResourceTypeGroupConfig:
 			if rr.ResourceName == "" {
-				err, msg = kerr.InvalidGroupID, "the group name is empty"
+				err, msg = kerr.InvalidRequest, "the group name is empty: there is no default group resource"
 			} else if aerr := c.alterGroupConfigs(rr.ResourceName, rr.Configs, req.ValidateOnly); aerr != nil {
 				err, msg = kerr.InvalidConfig, aerr.Error()
 			}

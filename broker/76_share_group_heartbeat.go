@@ -4,10 +4,14 @@ package broker
 // and is gone).
 //
 // Served by the group coordinator (NOT_COORDINATOR elsewhere). Epoch 0
-// joins (creating the group; SubscribedTopicNames required for a new
-// member), -1 leaves (releasing every record the member holds), any other
-// epoch must be the member's current one (FENCED_MEMBER_EPOCH otherwise,
-// UNKNOWN_MEMBER_ID for a member the group does not have). Every member is
+// joins (creating the group; SubscribedTopicNames required) or, for a
+// member the group has, rejoins keeping its epoch unless the subscription
+// changed; -1 leaves (releasing every record the member holds; the answer
+// echoes the member id); any other epoch must be the member's current one
+// or the one before it (accepted, as Kafka accepts a client that lost the
+// answer raising it; FENCED_MEMBER_EPOCH otherwise). A non-zero epoch to a
+// group that does not exist is GROUP_ID_NOT_FOUND, to a member the group
+// does not have UNKNOWN_MEMBER_ID. Every member is
 // assigned every partition of the topics it subscribes to; the assignment
 // is sent on joining, on a heartbeat that carries the subscription and
 // whenever it changes, and the share state of newly assigned partitions is

@@ -7,9 +7,12 @@ package broker
 // a wrong epoch INVALID_SHARE_SESSION_EPOCH); epoch -1 also closes the
 // session, releasing what the member still holds there. Types GAP, ACCEPT,
 // RELEASE and REJECT, and RENEW when v2's IsRenewAck is set (KIP-1222;
-// INVALID_REQUEST otherwise), one per range or one per offset. Each
-// partition is all or nothing: an offset that is not ACQUIRED by this
-// member under an unexpired lock fails the partition with
+// INVALID_REQUEST otherwise; INVALID_RECORD_STATE when the group's
+// share.renew.acknowledge.enable is false), one per range or one per
+// offset. Each partition is all or nothing: offsets before the start
+// offset are done and ignored, as Kafka ignores them; one past the last
+// offset handed out is INVALID_REQUEST; any other offset that is not
+// ACQUIRED by this member under an unexpired lock fails the partition with
 // INVALID_RECORD_STATE. A partition this node does not lead answers
 // NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint. v2
 // answers AcquisitionLockTimeoutMillis. Skipped: authorization.

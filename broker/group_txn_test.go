@@ -125,11 +125,15 @@ func TestGroupTxnOffsetCommitValidation(t *testing.T) {
 
 	stale := *p
 	stale.epoch--
-	require.ErrorIs(t, stale.commitOffsets(t, c, 5, group, member, gen, "in", 1), kerr.ProducerFenced)
+	// The coordinator's PRODUCER_FENCED reaches every version as
+	// INVALID_PRODUCER_EPOCH, as Kafka's partition verification maps it.
+	require.ErrorIs(t, stale.commitOffsets(t, c, 5, group, member, gen, "in", 1), kerr.InvalidProducerEpoch)
 	require.ErrorIs(t, stale.commitOffsets(t, c, 4, group, member, gen, "in", 1), kerr.InvalidProducerEpoch)
 
-	// v4 (TV1) only verifies that AddOffsetsToTxn added the partition.
-	require.ErrorIs(t, p.commitOffsets(t, c, 4, group, member, gen, "in", 1), kerr.InvalidTxnState)
+	// v0-4 (TV1) only verify that AddOffsetsToTxn added the partition; v4
+	// knows TRANSACTION_ABORTABLE (KIP-1050), v3 gets INVALID_TXN_STATE.
+	require.ErrorIs(t, p.commitOffsets(t, c, 4, group, member, gen, "in", 1), kerr.TransactionAbortable)
+	require.ErrorIs(t, p.commitOffsets(t, c, 3, group, member, gen, "in", 1), kerr.InvalidTxnState)
 
 	// v0-2 carry no member: accepted while the group has members.
 	require.NoError(t, p.commitOffsets(t, c, 5, group, member, gen, "in", 3))

@@ -60,6 +60,18 @@ func plainAckTypes(renew bool) func(wire.AckType) bool {
 	}
 }
 
+// renews reports whether acks hold a RENEW.
+func renews(acks []shareAck) bool {
+	for _, a := range acks {
+		for _, t := range a.types {
+			if t == wire.AckRenew {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // sharePartitionAt resolves a partition by topic id for a share request
 // at node.
 func (sc *shareCoordinator) sharePartitionAt(topicID [16]byte, index int32, node int32) (*partition, *kerr.Error) {
@@ -85,6 +97,9 @@ func (sc *shareCoordinator) acknowledge(node int32, group, member string, tp sha
 	p, err := sc.sharePartitionAt(tp.topicID, tp.partition, node)
 	if err != nil {
 		return p, err, ""
+	}
+	if renew && !sc.renewEnabled(group) && renews(acks) {
+		return p, kerr.InvalidRecordState, "share.renew.acknowledge.enable is false for the group: RENEW is refused"
 	}
 	key := shareKey{group: group, topicID: tp.topicID, partition: tp.partition}
 	sp, err := sc.livePartition(key, p, node, now)

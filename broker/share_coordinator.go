@@ -95,8 +95,7 @@ func (sc *shareCoordinator) writeState(key shareKey, v *shareStateValue, pid int
 }
 
 // initState initializes key's persisted state if it has none: the start
-// offset is where share.auto.offset.reset says (default latest, the high
-// watermark; earliest, the log start).
+// offset is where share.auto.offset.reset says (share_offset_reset.go).
 func (sc *shareCoordinator) initState(key shareKey, p *partition, now time.Time) *kerr.Error {
 	sh, err := sc.stateShard(key)
 	if err != nil {
@@ -105,9 +104,9 @@ func (sc *shareCoordinator) initState(key shareKey, p *partition, now time.Time)
 	if sh.state.parts[key] != nil {
 		return nil
 	}
-	start := p.endOffset()
-	if sc.autoOffsetReset(key.group) == "earliest" {
-		start = p.logStart
+	start, err := sc.autoOffsetReset(key.group).startOffset(p, now)
+	if err != nil {
+		return err
 	}
 	v := &shareStateValue{Kind: shareKindSnapshot, StateEpoch: sh.state.epochs[key] + 1, StartOffset: start}
 	return sc.writeState(key, v, -1, -1, now)

@@ -8,9 +8,12 @@ package broker
 //
 // Assignment is KIP-932's simple assignor in its degenerate form: every
 // member gets every partition of every topic it subscribes to. The group
-// epoch moves when a member joins, leaves or is fenced, when a
-// subscription changes and when a subscribed topic's partitions change; a
-// member takes the group epoch at its next heartbeat.
+// epoch moves by one when a member leaves or is fenced, when a member's
+// subscription changes (a new member's first one included) and when the
+// subscribed topics' metadata changes (a new group's first subscription
+// included, which is why a new group's first member gets epoch 2, as on
+// Kafka); a member takes the group epoch at its next heartbeat, and a
+// heartbeat at its previous epoch is still accepted.
 
 import (
 	"fmt"
@@ -36,7 +39,8 @@ type shareGroup struct {
 type shareMember struct {
 	id         string
 	epoch      int32
-	joinEpoch  int32 // the epoch this incarnation of the member joined at
+	prevEpoch  int32 // the epoch before the current one (0 when none)
+	joinEpoch  int32 // the first epoch the member took
 	clientID   string
 	clientHost string
 	rack       *string
@@ -116,7 +120,12 @@ func (c *Cluster) metadataFingerprint(g *shareGroup) string {
 	return b.String()
 }
 
-// heartbeat runs one ShareGroupHeartbeat at the coordinator.
+// heartbeat runs one ShareGroupHeartbeat at the coordinator, answering as
+// Kafka 4.4 does: a non-zero epoch needs the group (GROUP_ID_NOT_FOUND)
+// and the member (UNKNOWN_MEMBER_ID); epoch 0 joins, or rejoins an
+// existing member keeping its epoch unless its subscription changed; any
+// other epoch must be the member's current or previous one (the client
+// lost the answer that raised it), else FENCED_MEMBER_EPOCH.
 func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatRequest, resp *kmsg.ShareGroupHeartbeatResponse, now time.Time) (*kerr.Error, string) {
 	g := sc.groups[req.GroupID]
 	var m *shareMember
@@ -124,19 +133,20 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 		m = g.members[req.MemberID]
 	}
 	switch {
-	case req.MemberEpoch == -1:
-		if m == nil {
-			return kerr.UnknownMemberID, "the member is not in the group"
-		}
-		sc.removeMember(g, m, "left", now)
-		resp.MemberEpoch = -1
-		return nil, ""
 	case req.MemberEpoch < -1:
 		return kerr.InvalidRequest, fmt.Sprintf("member epoch %d", req.MemberEpoch)
+	case req.MemberEpoch == 0 && len(req.SubscribedTopicNames) == 0:
+		return kerr.InvalidRequest, "a member joining (epoch 0) must subscribe to at least one topic"
+	case req.MemberEpoch != 0 && g == nil:
+		return kerr.GroupIDNotFound, fmt.Sprintf("share group %q does not exist", req.GroupID)
+	case req.MemberEpoch != 0 && m == nil:
+		return kerr.UnknownMemberID, "the member is not in the group"
+	case req.MemberEpoch == -1:
+		sc.removeMember(g, m, "left", now)
+		resp.MemberID = kmsg.StringPtr(m.id)
+		resp.MemberEpoch = -1
+		return nil, ""
 	case req.MemberEpoch == 0:
-		if m == nil && len(req.SubscribedTopicNames) == 0 {
-			return kerr.InvalidRequest, "a joining member must subscribe to at least one topic"
-		}
 		if st, err := sc.c.coordinators.group.shardFor(r.node.id, req.GroupID); g == nil && err == nil && st.groups[req.GroupID] != nil {
 			return kerr.GroupIDNotFound, fmt.Sprintf("group %q is a classic group, not a share group", req.GroupID)
 		}
@@ -148,24 +158,17 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 		if m == nil {
 			m = &shareMember{id: req.MemberID}
 			g.members[m.id] = m
+			sc.c.logger.Info("share group member joined", "group", g.name, "member", m.id)
 		}
-		g.epoch++
-		m.epoch, m.joinEpoch, m.assigned = g.epoch, g.epoch, nil
-		sc.c.logger.Info("share group member joined", "group", g.name, "member", m.id, "epoch", m.epoch)
-	default:
-		if m == nil {
-			return kerr.UnknownMemberID, "the member is not in the group"
-		}
-		if req.MemberEpoch != m.epoch {
-			return kerr.FencedMemberEpoch, fmt.Sprintf("member epoch %d, current %d", req.MemberEpoch, m.epoch)
-		}
+	case req.MemberEpoch != m.epoch && (req.MemberEpoch > m.epoch || req.MemberEpoch != m.prevEpoch):
+		return kerr.FencedMemberEpoch, fmt.Sprintf("member epoch %d is neither the current %d nor the previous %d", req.MemberEpoch, m.epoch, m.prevEpoch)
 	}
 	if req.SubscribedTopicNames != nil {
 		topics := append([]string(nil), req.SubscribedTopicNames...)
 		sort.Strings(topics)
 		if strings.Join(topics, ",") != strings.Join(m.topics, ",") {
 			m.topics = topics
-			g.epoch++
+			g.bump(m)
 		}
 	}
 	if req.RackID != nil {
@@ -177,12 +180,10 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 	}
 	m.lastSeen = now
 	if fp := sc.c.metadataFingerprint(g); fp != g.metadata {
-		if g.metadata != "" {
-			g.epoch++
-		}
 		g.metadata = fp
+		g.bump(m)
 	}
-	m.epoch = g.epoch
+	g.catchUp(m)
 	assignment := sc.c.shareAssignment(m.topics)
 	if req.MemberEpoch == 0 || req.SubscribedTopicNames != nil || !sameShareAssignment(assignment, m.assigned) {
 		resp.Assignment = &kmsg.ShareGroupHeartbeatResponseAssignment{TopicPartitions: assignment}
@@ -193,6 +194,26 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 	resp.MemberEpoch = m.epoch
 	resp.HeartbeatIntervalMillis = int32(sc.heartbeatInterval(g.name).Milliseconds())
 	return nil, ""
+}
+
+// bump moves the group epoch on for a change the heartbeating member m
+// made (its subscription, or the subscribed topics' metadata it was the
+// first to see), and m with it.
+func (g *shareGroup) bump(m *shareMember) {
+	g.epoch++
+	g.catchUp(m)
+}
+
+// catchUp gives m the group epoch, remembering the epoch it had: a
+// heartbeat at that previous epoch is still accepted.
+func (g *shareGroup) catchUp(m *shareMember) {
+	if m.epoch == g.epoch {
+		return
+	}
+	m.prevEpoch, m.epoch = m.epoch, g.epoch
+	if m.joinEpoch == 0 {
+		m.joinEpoch = m.epoch
+	}
 }
 
 // initAssigned initializes the share state of newly assigned partitions,
@@ -206,7 +227,13 @@ func (sc *shareCoordinator) initAssigned(group string, assignment []kmsg.ShareGr
 		}
 		for _, i := range tp.Partitions {
 			key := shareKey{group: group, topicID: t.id, partition: i}
-			if err := sc.initState(key, t.partitions[i], now); err != nil {
+			switch err := sc.initState(key, t.partitions[i], now); err {
+			case nil:
+			case kerr.OffsetNotAvailable:
+				// by_duration found no record recent enough; every
+				// fetch tries again, as on Kafka.
+				sc.c.logger.Debug("share state not initialized yet", "key", key.String(), "err", err)
+			default:
 				sc.c.logger.Warn("share state not initialized", "key", key.String(), "err", err)
 			}
 		}

@@ -8,61 +8,176 @@ package broker
 // value. A change applies from the next decision that reads it: a new lock
 // duration to the next acquisition, a new delivery limit to the next
 // release.
+//
+// The set is Kafka 4.4's (GroupConfig), with its defaults, types and
+// validation, so that tools see what they see on Kafka. The share configs
+// are enforced, with wider bounds than Kafka's default broker bounds for
+// the lock duration, session timeout and heartbeat interval (tests use
+// short ones; a Kafka broker lowers its bounds with
+// group.share.min.record.lock.duration.ms and the like). The consumer.*
+// and streams.* configs (KIP-848 consumer groups and streams groups, not
+// served here), share.assignment.interval.ms (assignment is synchronous
+// here) and the errors.deadletterqueue.* configs (no dead-letter queue)
+// are validated and listed but change nothing.
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// groupConfigDef is one supported group config.
+// groupConfigDef is one group config.
 type groupConfigDef struct {
 	name string
 	typ  kmsg.ConfigType
 	doc  string
 	def  func(c *Cluster) string
-	// min and max bound an int config; values lists a string config's
-	// allowed values.
+	// min and max bound an int config.
 	min, max int64
-	values   []string
+	// check validates a string or list config; nil accepts anything.
+	check func(v string) error
 }
 
 func constDefault(v string) func(*Cluster) string { return func(*Cluster) string { return v } }
 
+func oneOf(values ...string) func(string) error {
+	return func(v string) error {
+		if slices.Contains(values, v) {
+			return nil
+		}
+		return fmt.Errorf("%q is not one of %s", v, strings.Join(values, ", "))
+	}
+}
+
+// groupConfigDefs is the group config set, sorted by name.
 var groupConfigDefs = []groupConfigDef{
 	{
-		name: "share.auto.offset.reset", typ: kmsg.ConfigTypeString,
-		doc:    "Where a share group starts reading a partition it has no state for: latest (the high watermark) or earliest (the log start).",
-		def:    constDefault("latest"),
-		values: []string{"latest", "earliest"},
+		name: "consumer.assignment.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("1000"), min: 0, max: 15000,
+		doc: "How often the assignment of a consumer group (KIP-848) is recomputed. Not used: consumer groups of that protocol are not served.",
 	},
 	{
-		name: "share.record.lock.duration.ms", typ: kmsg.ConfigTypeInt,
-		doc: "How long a share group member holds an acquired record before it becomes available again.",
-		def: func(c *Cluster) string { return strconv.FormatInt(c.cfg.shareLockDuration.Milliseconds(), 10) },
-		min: 100, max: 3_600_000,
+		name: "consumer.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("5000"), min: 5000, max: 15000,
+		doc: "The heartbeat interval of consumer group (KIP-848) members. Not used: consumer groups of that protocol are not served.",
 	},
 	{
-		name: "share.delivery.count.limit", typ: kmsg.ConfigTypeInt,
+		name: "consumer.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: constDefault("45000"), min: 45000, max: 60000,
+		doc: "The session timeout of consumer group (KIP-848) members. Not used: consumer groups of that protocol are not served.",
+	},
+	{
+		name: "errors.deadletterqueue.copy.record.enable", typ: kmsg.ConfigTypeBoolean, def: constDefault("false"),
+		doc: "Whether records sent to the group's dead-letter queue carry a copy of the original record. Not used: there is no dead-letter queue.",
+	},
+	{
+		name: "errors.deadletterqueue.topic.name", typ: kmsg.ConfigTypeString, def: constDefault(""),
+		doc: "The group's dead-letter queue topic; empty for none. Not used: there is no dead-letter queue.",
+		check: func(v string) error {
+			if strings.HasPrefix(v, "__") {
+				return fmt.Errorf("a dead-letter queue topic may not start with __")
+			}
+			return nil
+		},
+	},
+	{
+		name: "share.assignment.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("1000"), min: 0, max: 15000,
+		doc: "How often a share group's assignment is recomputed. Not used: the bundled broker assigns on every heartbeat that changes the group.",
+	},
+	{
+		name: "share.auto.offset.reset", typ: kmsg.ConfigTypeString, def: constDefault(shareResetLatest),
+		doc: "Where a share group starts reading a partition it has no state for: latest (the high watermark), earliest (the log start), " +
+			"or by_duration:<ISO-8601 duration, PnDTnHnMn.nS, not negative> (the first record whose timestamp is at or after now minus the duration; the high watermark when there is none).",
+		check: func(v string) error {
+			_, err := parseShareOffsetReset(v)
+			return err
+		},
+	},
+	{
+		name: "share.delivery.count.limit", typ: kmsg.ConfigTypeInt, min: 2, max: 10,
 		doc: "How many times a record is delivered before it is archived instead of made available again.",
 		def: func(c *Cluster) string { return strconv.FormatInt(int64(c.cfg.shareDeliveryLimit), 10) },
-		min: 2, max: 10,
 	},
 	{
-		name: "share.session.timeout.ms", typ: kmsg.ConfigTypeInt,
-		doc: "How long a share group member may go without a heartbeat before it is fenced and its records are released.",
-		def: constDefault("45000"),
-		min: 1000, max: 3_600_000,
-	},
-	{
-		name: "share.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt,
+		name: "share.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("5000"), min: 100, max: 3_600_000,
 		doc: "The heartbeat interval share group members are told to use.",
-		def: constDefault("5000"),
-		min: 100, max: 3_600_000,
+	},
+	{
+		name: "share.isolation.level", typ: kmsg.ConfigTypeString, def: constDefault(shareReadUncommitted),
+		doc: "Which transactional records a share group delivers: read_uncommitted (every record up to the high watermark, " +
+			"those of open and aborted transactions included) or read_committed (records up to the last stable offset, never those of aborted transactions).",
+		check: oneOf(shareReadCommitted, shareReadUncommitted),
+	},
+	{
+		name: "share.partition.max.record.locks", typ: kmsg.ConfigTypeInt, def: constDefault("2000"), min: 100, max: 4000,
+		doc: "How many offsets a share-partition keeps in flight: no new batch is acquired while the window from the start offset holds this many.",
+	},
+	{
+		name: "share.record.lock.duration.ms", typ: kmsg.ConfigTypeInt, min: 100, max: 3_600_000,
+		doc: "How long a share group member holds an acquired record before it becomes available again.",
+		def: func(c *Cluster) string { return strconv.FormatInt(c.cfg.shareLockDuration.Milliseconds(), 10) },
+	},
+	{
+		name: "share.renew.acknowledge.enable", typ: kmsg.ConfigTypeBoolean, def: constDefault("true"),
+		doc: "Whether members may renew their acquisition locks with the RENEW acknowledgement (KIP-1222).",
+	},
+	{
+		name: "share.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: constDefault("45000"), min: 1000, max: 3_600_000,
+		doc: "How long a share group member may go without a heartbeat before it is fenced and its records are released.",
+	},
+	{
+		name: "streams.assignment.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("1000"), min: 0, max: 15000,
+		doc: "How often a streams group's assignment is recomputed. Not used: streams groups are not served.",
+	},
+	{
+		name: "streams.assignor.name", typ: kmsg.ConfigTypeString, def: constDefault("sticky"), check: oneOf("sticky"),
+		doc: "The task assignor of a streams group. Not used: streams groups are not served.",
+	},
+	{
+		name: "streams.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("5000"), min: 5000, max: 15000,
+		doc: "The heartbeat interval of streams group members. Not used: streams groups are not served.",
+	},
+	{
+		name: "streams.initial.rebalance.delay.ms", typ: kmsg.ConfigTypeInt, def: constDefault("3000"), min: 0, max: math.MaxInt32,
+		doc: "How long a new streams group waits for members before its first assignment. Not used: streams groups are not served.",
+	},
+	{
+		name: "streams.num.standby.replicas", typ: kmsg.ConfigTypeInt, def: constDefault("0"), min: 0, max: 2,
+		doc: "How many standby replicas each streams task has. Not used: streams groups are not served.",
+	},
+	{
+		name: "streams.rack.aware.assignment.tags", typ: kmsg.ConfigTypeList, def: constDefault(""),
+		doc: "Client tag keys a streams group spreads standby replicas over. Not used: streams groups are not served.",
+		check: func(v string) error {
+			seen := map[string]bool{}
+			for _, tag := range strings.Split(v, ",") {
+				if v != "" && tag == "" {
+					return fmt.Errorf("a tag key is empty")
+				}
+				if seen[tag] {
+					return fmt.Errorf("tag key %q is listed twice", tag)
+				}
+				seen[tag] = true
+			}
+			return nil
+		},
+	},
+	{
+		name: "streams.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: constDefault("45000"), min: 45000, max: 60000,
+		doc: "The session timeout of streams group members. Not used: streams groups are not served.",
 	},
 }
+
+// Values of share.isolation.level and share.auto.offset.reset.
+const (
+	shareReadCommitted   = "read_committed"
+	shareReadUncommitted = "read_uncommitted"
+	shareResetLatest     = "latest"
+	shareResetEarliest   = "earliest"
+	shareResetByDuration = "by_duration:"
+)
 
 func groupConfigDefFor(name string) *groupConfigDef {
 	for i := range groupConfigDefs {
@@ -73,24 +188,40 @@ func groupConfigDefFor(name string) *groupConfigDef {
 	return nil
 }
 
-// validate checks a value of the config.
-func (d *groupConfigDef) validate(v string) error {
-	if d.typ == kmsg.ConfigTypeInt {
-		n, err := strconv.ParseInt(v, 10, 64)
+// normalize validates a value of the config and returns it as it is kept:
+// trimmed, as Kafka parses config values, and in canonical form for ints,
+// booleans and lists.
+func (d *groupConfigDef) normalize(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	switch d.typ {
+	case kmsg.ConfigTypeInt:
+		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil {
-			return fmt.Errorf("%s: %q is not an integer", d.name, v)
+			return "", fmt.Errorf("%s: %q is not a 32-bit integer", d.name, v)
 		}
 		if n < d.min || n > d.max {
-			return fmt.Errorf("%s: %d is not in [%d, %d]", d.name, n, d.min, d.max)
+			return "", fmt.Errorf("%s: %d is not in [%d, %d]", d.name, n, d.min, d.max)
 		}
-		return nil
+		return strconv.FormatInt(n, 10), nil
+	case kmsg.ConfigTypeBoolean:
+		switch strings.ToLower(v) {
+		case "true", "false":
+			return strings.ToLower(v), nil
+		}
+		return "", fmt.Errorf("%s: %q is neither true nor false", d.name, v)
+	case kmsg.ConfigTypeList:
+		items := strings.Split(v, ",")
+		for i := range items {
+			items[i] = strings.TrimSpace(items[i])
+		}
+		v = strings.Join(items, ",")
 	}
-	for _, ok := range d.values {
-		if v == ok {
-			return nil
+	if d.check != nil {
+		if err := d.check(v); err != nil {
+			return "", fmt.Errorf("%s: %w", d.name, err)
 		}
 	}
-	return fmt.Errorf("%s: %q is not one of %v", d.name, v, d.values)
+	return v, nil
 }
 
 // groupConfigValue returns the effective value of a group config: the one
@@ -118,8 +249,26 @@ func (sc *shareCoordinator) deliveryLimit(group string) int32 {
 	return int32(sc.intConfig(group, "share.delivery.count.limit"))
 }
 
-func (sc *shareCoordinator) autoOffsetReset(group string) string {
-	return sc.c.groupConfigValue(group, "share.auto.offset.reset")
+func (sc *shareCoordinator) maxRecordLocks(group string) int {
+	return int(sc.intConfig(group, "share.partition.max.record.locks"))
+}
+
+func (sc *shareCoordinator) readCommitted(group string) bool {
+	return sc.c.groupConfigValue(group, "share.isolation.level") == shareReadCommitted
+}
+
+func (sc *shareCoordinator) renewEnabled(group string) bool {
+	return sc.c.groupConfigValue(group, "share.renew.acknowledge.enable") == "true"
+}
+
+// autoOffsetReset returns the group's share.auto.offset.reset strategy.
+func (sc *shareCoordinator) autoOffsetReset(group string) shareOffsetReset {
+	r, err := parseShareOffsetReset(sc.c.groupConfigValue(group, "share.auto.offset.reset"))
+	if err != nil { // validated on the way in; a default cannot fail
+		sc.c.logger.Error("share.auto.offset.reset does not parse; using latest", "group", group, "err", err)
+		return shareOffsetReset{}
+	}
+	return r
 }
 
 func (sc *shareCoordinator) sessionTimeout(group string) time.Duration {
@@ -132,8 +281,8 @@ func (sc *shareCoordinator) heartbeatInterval(group string) time.Duration {
 
 // alterGroupConfigs applies IncrementalAlterConfigs operations to a group's
 // configs, all or none. Every named config must be known; SET needs a valid
-// value; APPEND and SUBTRACT apply to list configs only, and there are
-// none.
+// value; APPEND and SUBTRACT are refused, as Kafka refuses them for group
+// configs, the list config included.
 func (c *Cluster) alterGroupConfigs(group string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) error {
 	next := make(map[string]string)
 	for k, v := range c.coordinators.share.groupConfigs[group] {
@@ -149,14 +298,15 @@ func (c *Cluster) alterGroupConfigs(group string, ops []kmsg.IncrementalAlterCon
 			if op.Value == nil {
 				return fmt.Errorf("%s: SET needs a value", op.Name)
 			}
-			if err := d.validate(*op.Value); err != nil {
+			normalized, err := d.normalize(*op.Value)
+			if err != nil {
 				return err
 			}
-			next[op.Name] = *op.Value
+			next[op.Name] = normalized
 		case kmsg.IncrementalAlterConfigOpDelete:
 			delete(next, op.Name)
 		default:
-			return fmt.Errorf("%s: operation %v is not supported: group configs take SET and DELETE (none is a list)", op.Name, op.Op)
+			return fmt.Errorf("%s: operation %v is not supported: group configs take SET and DELETE", op.Name, op.Op)
 		}
 	}
 	if validateOnly {

@@ -10,8 +10,8 @@ package broker
 //	AVAILABLE     may be acquired; delivery count < the delivery limit
 //	ACQUIRED      held by one member until its lock deadline
 //	ACKNOWLEDGED  accepted; never delivered again
-//	ARCHIVED      rejected, past the delivery limit, or not a deliverable
-//	              record (control records, records of aborted transactions)
+//	ARCHIVED      rejected, past the delivery limit, or a record of an
+//	              aborted transaction under read_committed
 //	TX_PENDING    acknowledgement staged in a transaction (KIP-1289): no
 //	              lock, cannot be acquired, acknowledged or staged again,
 //	              until a marker on the __share_group_state partition
@@ -33,9 +33,16 @@ package broker
 //
 // "(limit)" means a record whose delivery count has reached the limit is
 // ARCHIVED instead of AVAILABLE, so a record whose transactions keep
-// aborting is archived after `limit` deliveries. Share groups read
-// committed: the window only grows up to the partition's last stable
-// offset.
+// aborting is archived after `limit` deliveries.
+//
+// As in Kafka, share.isolation.level decides how far the window grows: to
+// the high watermark (read_uncommitted, the default: records of open and
+// aborted transactions are delivered) or to the last stable offset
+// (read_committed: records of aborted transactions are ARCHIVED as the
+// window reaches them). Control records are acquired like any offset, so
+// the member acknowledges them (GAP), as Kafka hands them out.
+// share.partition.max.record.locks bounds the window: no new batch is
+// acquired while the window holds that many offsets.
 
 import (
 	"fmt"
@@ -265,12 +272,26 @@ type acquireLimits struct {
 	maxBytes   int
 	lock       time.Duration
 	limit      int32
+	// readCommitted stops the window at the last stable offset and
+	// archives records of aborted transactions.
+	readCommitted bool
+	// maxLocks is share.partition.max.record.locks: no new batch is
+	// acquired while the window holds this many offsets.
+	maxLocks int
+}
+
+// upTo is the offset the window may grow to.
+func (sp *sharePartition) upTo(lim acquireLimits) int64 {
+	if lim.readCommitted {
+		return sp.p.lastStableOffset()
+	}
+	return sp.p.endOffset()
 }
 
 // acquire hands up to maxRecords AVAILABLE records to member: first those
-// already in the window, lowest offset first, then new records up to the
-// last stable offset. It returns the acquired ranges (consecutive offsets
-// with one delivery count) and the stored batches that hold them.
+// already in the window, lowest offset first, then new records (extend).
+// It returns the acquired ranges (consecutive offsets with one delivery
+// count) and the stored batches that hold them.
 func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Time) ([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, []*storedBatch) {
 	deadline := now.Add(lim.lock)
 	var acquired []int64
@@ -298,28 +319,35 @@ func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Tim
 	return sp.ranges(acquired), sp.batchesHolding(acquired)
 }
 
-// extend grows the window over new records up to the last stable offset,
-// archiving control records and records of aborted transactions and
-// handing the rest to take until maxRecords are taken or maxBytes of
-// batches are used.
+// extend grows the window over new records up to upTo, archiving records
+// of aborted transactions under read_committed and handing the rest
+// (control records included) to take, until maxRecords are taken, maxBytes
+// of batches are used or, at a batch boundary, the window holds maxLocks
+// offsets.
 func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int64, deliveries int16)) {
 	p := sp.p
-	upTo := p.lastStableOffset()
+	upTo := sp.upTo(lim)
 	if sp.end() < p.logStart && len(sp.recs) == 0 {
 		sp.start = p.logStart
 	}
 	if sp.end() >= upTo || taken >= lim.maxRecords {
 		return
 	}
-	aborted := p.abortedIn(sp.end(), upTo)
+	var aborted []abortedTxn
+	if lim.readCommitted {
+		aborted = p.abortedIn(sp.end(), upTo)
+	}
 	bytes := 0
 	for i := p.batchIndex(sp.end()); i < len(p.batches) && taken < lim.maxRecords; i++ {
 		b := p.batches[i]
 		if b.base >= upTo || (taken > 0 && bytes+len(b.raw) > lim.maxBytes) {
 			return
 		}
+		if sp.end() <= b.base && len(sp.recs) >= lim.maxLocks {
+			return
+		}
 		bytes += len(b.raw)
-		skip := b.control || (b.txn && batchAborted(b, aborted))
+		skip := !b.control && b.txn && batchAborted(b, aborted)
 		for off := max(b.base, sp.end()); off <= b.last && taken < lim.maxRecords; off++ {
 			if skip {
 				sp.grow(shareRecord{state: shareArchived})
@@ -412,10 +440,18 @@ func (sp *sharePartition) checkHeld(member string, acks []shareAck, now time.Tim
 	return nil, ""
 }
 
-// acknowledge applies acknowledgements of member's records, all or none:
-// any offset not ACQUIRED by member under an unexpired lock fails the
-// whole partition with INVALID_RECORD_STATE.
+// acknowledge applies acknowledgements of member's records, all or none.
+// As in Kafka, offsets before the start offset are done and ignored, an
+// offset past the last one handed out is INVALID_REQUEST, and any other
+// offset not ACQUIRED by member under an unexpired lock fails the whole
+// partition with INVALID_RECORD_STATE.
 func (sp *sharePartition) acknowledge(member string, acks []shareAck, lock time.Duration, limit int32, now time.Time) (*kerr.Error, string) {
+	acks = sp.dropDone(acks)
+	for _, a := range acks {
+		if a.last >= sp.end() {
+			return kerr.InvalidRequest, fmt.Sprintf("offsets %d-%d reach past the last offset handed out, %d", a.first, a.last, sp.end()-1)
+		}
+	}
 	if err, msg := sp.checkHeld(member, acks, now); err != nil {
 		return err, msg
 	}
@@ -437,6 +473,24 @@ func (sp *sharePartition) acknowledge(member string, acks []shareAck, lock time.
 	}
 	sp.advance()
 	return nil, ""
+}
+
+// dropDone removes the offsets before the start offset from acks.
+func (sp *sharePartition) dropDone(acks []shareAck) []shareAck {
+	out := acks[:0:0]
+	for _, a := range acks {
+		switch {
+		case a.last < sp.start:
+			continue
+		case a.first < sp.start:
+			if len(a.types) > 1 {
+				a.types = a.types[sp.start-a.first:]
+			}
+			a.first = sp.start
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // stage marks acknowledged records TX_PENDING for producer pid; the caller
@@ -532,7 +586,21 @@ func (sp *sharePartition) releaseMember(member string, limit int32) int {
 	return n
 }
 
-// hasWork reports whether an acquisition could find a record now.
-func (sp *sharePartition) hasWork() bool {
-	return sp.available > 0 || sp.end() < sp.p.lastStableOffset()
+// hasWork reports whether an acquisition under lim could find a record
+// now.
+func (sp *sharePartition) hasWork(lim acquireLimits) bool {
+	return sp.available > 0 || sp.canGrow(lim)
+}
+
+// canGrow reports whether extend could take a new offset: one is there
+// to take, and the window is below maxLocks or in the middle of a batch.
+func (sp *sharePartition) canGrow(lim acquireLimits) bool {
+	if sp.end() >= sp.upTo(lim) {
+		return false
+	}
+	if len(sp.recs) < lim.maxLocks {
+		return true
+	}
+	i := sp.p.batchIndex(sp.end())
+	return i < len(sp.p.batches) && sp.p.batches[i].base < sp.end()
 }

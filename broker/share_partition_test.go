@@ -26,12 +26,18 @@ func shareTestPartition(p *partition) *sharePartition {
 	return newLiveSharePartition(shareKey{group: "g", topicID: p.topic.id}, p, ps, nil, 3)
 }
 
+// shareLimits are the limits of an acquisition of n records with Kafka's
+// default isolation (read_uncommitted) and record lock limit (2000).
 func shareLimits(n int) acquireLimits {
-	return acquireLimits{maxRecords: n, maxBytes: 1 << 20, lock: time.Minute, limit: 3}
+	return acquireLimits{maxRecords: n, maxBytes: 1 << 20, lock: time.Minute, limit: 3, maxLocks: 2000}
 }
 
 func acquiredOffsets(sp *sharePartition, member string, n int, now time.Time) map[int64]int16 {
-	ranges, _ := sp.acquire(member, shareLimits(n), now)
+	return acquiredWith(sp, member, shareLimits(n), now)
+}
+
+func acquiredWith(sp *sharePartition, member string, lim acquireLimits, now time.Time) map[int64]int16 {
+	ranges, _ := sp.acquire(member, lim, now)
 	out := map[int64]int16{}
 	for _, r := range ranges {
 		for o := r.FirstOffset; o <= r.LastOffset; o++ {
@@ -79,7 +85,7 @@ func TestSharePartitionAcknowledgeIsAllOrNothing(t *testing.T) {
 	err, _ = sp.acknowledge("m1", []shareAck{ack(0, 0, wire.AckAccept)}, time.Minute, 3, now.Add(2*time.Minute))
 	require.Equal(t, kerr.InvalidRecordState, err, "an expired lock cannot be acknowledged")
 	err, _ = sp.acknowledge("m1", []shareAck{ack(7, 7, wire.AckAccept)}, time.Minute, 3, now)
-	require.Equal(t, kerr.InvalidRecordState, err, "offsets past the window were never acquired")
+	require.Equal(t, kerr.InvalidRequest, err, "offsets past the window were never handed out (Kafka's INVALID_REQUEST)")
 }
 
 func TestSharePartitionDeliveryLimitArchives(t *testing.T) {
@@ -108,11 +114,12 @@ func TestSharePartitionLockExpiry(t *testing.T) {
 	require.Equal(t, 3, shareCounts(sp)[shareAvailable])
 }
 
-func TestSharePartitionReadsCommitted(t *testing.T) {
-	p := shareTestLog(2) // offsets 0, 1
+// shareTxnLog returns a partition holding 0, 1 plain, an aborted
+// transaction (2, marker 3), a committed one (4, marker 5), an open one (6)
+// and a plain record after it (7).
+func shareTxnLog(t *testing.T) *partition {
+	p := shareTestLog(2)
 	now := time.Now()
-	// An aborted transaction (2, marker 3), a committed one (4, marker 5),
-	// then an open one (6) that holds back the last stable offset.
 	p.appendInternal([]kv{{value: []byte("aborted")}}, 7, 0, now)
 	_, _, err := p.appendMarker(markerCheck{pid: 7, epoch: 1, strict: true}, now)
 	require.Nil(t, err)
@@ -121,13 +128,80 @@ func TestSharePartitionReadsCommitted(t *testing.T) {
 	require.Nil(t, err)
 	p.appendInternal([]kv{{value: []byte("open")}}, 9, 0, now)
 	p.appendInternal([]kv{{value: []byte("after")}}, -1, -1, now)
+	return p
+}
 
+func TestSharePartitionReadCommitted(t *testing.T) {
+	p := shareTxnLog(t)
+	now := time.Now()
+	lim := shareLimits(100)
+	lim.readCommitted = true
 	sp := shareTestPartition(p)
-	require.Equal(t, map[int64]int16{0: 1, 1: 1, 4: 1}, acquiredOffsets(sp, "m", 100, now))
+	require.Equal(t, map[int64]int16{0: 1, 1: 1, 3: 1, 4: 1, 5: 1}, acquiredWith(sp, "m", lim, now),
+		"the aborted record is archived; markers are handed out like records")
+	require.Equal(t, shareArchived, sp.recs[2].state)
 	require.Equal(t, int64(6), sp.end(), "nothing at or past the open transaction")
-	_, _, err = p.appendMarker(markerCheck{pid: 9, epoch: 1, commit: true, strict: true}, now)
+	require.False(t, sp.hasWork(lim))
+	_, _, err := p.appendMarker(markerCheck{pid: 9, epoch: 1, commit: true, strict: true}, now)
 	require.Nil(t, err)
-	require.Equal(t, map[int64]int16{6: 1, 7: 1}, acquiredOffsets(sp, "m", 100, now))
+	require.True(t, sp.hasWork(lim))
+	require.Equal(t, map[int64]int16{6: 1, 7: 1, 8: 1}, acquiredWith(sp, "m", lim, now))
+}
+
+func TestSharePartitionReadUncommitted(t *testing.T) {
+	sp := shareTestPartition(shareTxnLog(t))
+	require.Equal(t, map[int64]int16{0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}, acquiredOffsets(sp, "m", 100, time.Now()),
+		"every record up to the high watermark, aborted and open transactions included")
+}
+
+func TestSharePartitionRecordLockLimit(t *testing.T) {
+	p := shareTestLog(0)
+	now := time.Now()
+	for range 3 {
+		p.appendInternal([]kv{{value: []byte("a")}, {value: []byte("b")}, {value: []byte("c")}}, -1, -1, now)
+	}
+	sp := shareTestPartition(p)
+	lim := shareLimits(100)
+	lim.maxLocks = 4
+	require.Len(t, acquiredWith(sp, "m", lim, now), 6, "whole batches until the window holds 4 offsets")
+	require.False(t, sp.hasWork(lim))
+	err, _ := sp.acknowledge("m", []shareAck{ack(0, 2, wire.AckAccept)}, time.Minute, 3, now)
+	require.Nil(t, err)
+	require.True(t, sp.hasWork(lim), "the window shrank below the limit")
+	require.Equal(t, map[int64]int16{6: 1, 7: 1, 8: 1}, acquiredWith(sp, "m", lim, now))
+
+	// A batch cut short by MaxRecords is finished even at the limit.
+	sp = shareTestPartition(p)
+	lim.maxRecords = 2
+	require.Len(t, acquiredWith(sp, "m", lim, now), 2)
+	lim.maxLocks = 2
+	require.True(t, sp.hasWork(lim))
+	require.Equal(t, map[int64]int16{2: 1}, acquiredWith(sp, "m", lim, now))
+	require.False(t, sp.hasWork(lim))
+}
+
+func TestSharePartitionAcknowledgeOutsideTheWindow(t *testing.T) {
+	sp := shareTestPartition(shareTestLog(5))
+	now := time.Now()
+	acquiredOffsets(sp, "m", 5, now)
+	ackAll := func(acks ...shareAck) *kerr.Error {
+		err, _ := sp.acknowledge("m", acks, time.Minute, 3, now)
+		return err
+	}
+	require.Nil(t, ackAll(ack(0, 1, wire.AckAccept)))
+	require.Equal(t, int64(2), sp.start)
+	require.Nil(t, ackAll(ack(0, 1, wire.AckAccept)), "offsets before the start offset are done: ignored")
+	require.Nil(t, ackAll(shareAck{first: 1, last: 3, types: []wire.AckType{wire.AckReject, wire.AckAccept, wire.AckRelease}}),
+		"a range straddling the start offset applies from it, with the types of its offsets")
+	require.Equal(t, int64(3), sp.start)
+	require.Equal(t, shareAvailable, sp.recs[0].state, "offset 3 was released")
+	require.ErrorIs(t, ackAll(ack(4, 6, wire.AckAccept)), kerr.InvalidRequest, "past the last offset handed out")
+	require.ErrorIs(t, ackAll(ack(3, 3, wire.AckAccept)), kerr.InvalidRecordState, "an offset in the window not held")
+
+	// Staging stays strict (DESIGN.md section 3): an offset before the
+	// start offset is not held.
+	err, _ := sp.checkHeld("m", []shareAck{ack(0, 0, wire.AckAccept)}, now)
+	require.ErrorIs(t, err, kerr.InvalidRecordState)
 }
 
 func TestSharePartitionStagedRecords(t *testing.T) {

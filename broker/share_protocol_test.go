@@ -34,7 +34,8 @@ func TestShareGroupHeartbeatProtocol(t *testing.T) {
 	}
 	require.ErrorIs(t, txnErr(beat(txnOtherNode(c, coord), "a", 0, []string{"in"}).ErrorCode), kerr.NotCoordinator)
 	require.ErrorIs(t, txnErr(beat(coord, "a", 0, nil).ErrorCode), kerr.InvalidRequest, "joining needs a subscription")
-	require.ErrorIs(t, txnErr(beat(coord, "a", 3, nil).ErrorCode), kerr.UnknownMemberID)
+	require.ErrorIs(t, txnErr(beat(coord, "a", 3, nil).ErrorCode), kerr.GroupIDNotFound, "a non-zero epoch needs the group")
+	require.ErrorIs(t, txnErr(beat(coord, "a", -1, nil).ErrorCode), kerr.GroupIDNotFound, "so does leaving")
 	adm := kadm.NewClient(newTestClient(t, c))
 	var offsets kadm.Offsets
 	offsets.AddOffset("in", 0, 1, -1)
@@ -54,10 +55,17 @@ func TestShareGroupHeartbeatProtocol(t *testing.T) {
 	require.Len(t, a.Assignment.TopicPartitions, 1, "only existing topics are assigned")
 	require.Equal(t, []int32{0}, a.Assignment.TopicPartitions[0].Partitions)
 	require.Equal(t, int32(5000), a.HeartbeatIntervalMillis)
+	require.Equal(t, int32(2), a.MemberEpoch, "a new group's first subscription and first topic metadata, as on Kafka")
+	require.ErrorIs(t, txnErr(beat(coord, "x", 3, nil).ErrorCode), kerr.UnknownMemberID)
+
+	rejoin := beat(coord, "a", 0, []string{"in", "missing"})
+	require.NoError(t, txnErr(rejoin.ErrorCode))
+	require.Equal(t, a.MemberEpoch, rejoin.MemberEpoch, "rejoining with the same subscription keeps the epoch")
+	require.NotNil(t, rejoin.Assignment, "a (re)join is sent its assignment")
 
 	b := beat(coord, "b", 0, []string{"in"})
 	require.NoError(t, txnErr(b.ErrorCode))
-	require.Greater(t, b.MemberEpoch, a.MemberEpoch)
+	require.Equal(t, a.MemberEpoch+1, b.MemberEpoch, "a new member's subscription moves the epoch by one")
 	require.NotNil(t, b.Assignment, "every member gets every partition")
 	require.Len(t, b.Assignment.TopicPartitions, 1)
 
@@ -66,6 +74,10 @@ func TestShareGroupHeartbeatProtocol(t *testing.T) {
 	require.NoError(t, txnErr(again.ErrorCode))
 	require.Equal(t, b.MemberEpoch, again.MemberEpoch, "a member takes the group epoch at its next heartbeat")
 	require.Nil(t, again.Assignment, "an unchanged assignment is not sent again")
+	lost := beat(coord, "a", a.MemberEpoch, nil)
+	require.NoError(t, txnErr(lost.ErrorCode), "the previous epoch is accepted: the client lost the answer that raised it")
+	require.Equal(t, again.MemberEpoch, lost.MemberEpoch)
+	require.ErrorIs(t, txnErr(beat(coord, "a", a.MemberEpoch-1, nil).ErrorCode), kerr.FencedMemberEpoch, "older epochs are not")
 
 	createTopic(t, c, "missing", 2)
 	grown := beat(coord, "a", again.MemberEpoch, nil)
@@ -85,6 +97,8 @@ func TestShareGroupHeartbeatProtocol(t *testing.T) {
 	leave := beat(coord, "b", -1, nil)
 	require.NoError(t, txnErr(leave.ErrorCode))
 	require.Equal(t, int32(-1), leave.MemberEpoch)
+	require.NotNil(t, leave.MemberID)
+	require.Equal(t, "b", *leave.MemberID, "the answer to a leave names the member")
 	require.ErrorIs(t, txnErr(beat(coord, "b", left.MemberEpoch, nil).ErrorCode), kerr.UnknownMemberID)
 }
 
@@ -131,11 +145,11 @@ func TestShareAcknowledgeTypes(t *testing.T) {
 	m1 := shareJoin(t, c, "g", "m1", "in")
 	require.Len(t, m1.fetch("in", 0), 10)
 	require.ErrorIs(t, m1.acknowledge("in", 0, 0, 0, wire.AckRenew), kerr.InvalidRequest, "RENEW needs IsRenewAck")
-	require.ErrorIs(t, m1.acknowledge("in", 0, 8, 12, wire.AckAccept), kerr.InvalidRecordState, "offsets past the window")
+	require.ErrorIs(t, m1.acknowledge("in", 0, 8, 12, wire.AckAccept), kerr.InvalidRequest, "offsets past the window")
 	require.NoError(t, m1.acknowledge("in", 0, 0, 1, wire.AckGap))
 	require.NoError(t, m1.acknowledge("in", 0, 2, 3, wire.AckReject))
 	require.NoError(t, m1.acknowledge("in", 0, 4, 5, wire.AckAccept))
-	require.ErrorIs(t, m1.acknowledge("in", 0, 4, 4, wire.AckAccept), kerr.InvalidRecordState, "already acknowledged")
+	require.NoError(t, m1.acknowledge("in", 0, 4, 4, wire.AckAccept), "before the start offset: done, ignored")
 
 	node, err := c.Leader("in", 0)
 	require.NoError(t, err)
@@ -157,6 +171,7 @@ func TestShareAcknowledgeTypes(t *testing.T) {
 	m1.sessions[node]++
 	require.Equal(t, map[shareRecordState]int{shareAcquired: 1, shareAcknowledged: 1, shareAvailable: 1, shareArchived: 1},
 		shareRecordStates(t, c, "g", "in", 0), "the window starts at 6: renewed, accepted, released, rejected")
+	require.ErrorIs(t, m1.acknowledge("in", 0, 7, 7, wire.AckAccept), kerr.InvalidRecordState, "already acknowledged, in the window")
 }
 
 func TestShareSessionTimeoutFencesMember(t *testing.T) {

@@ -171,15 +171,18 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 			errs = true
 			continue
 		}
-		if !sp.hasWork() {
+		alim := acquireLimits{
+			maxRecords:    lim.maxRecords - total,
+			maxBytes:      lim.maxBytes - bytes,
+			lock:          sc.lockDuration(group),
+			limit:         sc.deliveryLimit(group),
+			readCommitted: sc.readCommitted(group),
+			maxLocks:      sc.maxRecordLocks(group),
+		}
+		if !sp.hasWork(alim) {
 			continue
 		}
-		ranges, batches := sp.acquire(member, acquireLimits{
-			maxRecords: lim.maxRecords - total,
-			maxBytes:   lim.maxBytes - bytes,
-			lock:       sc.lockDuration(group),
-			limit:      sc.deliveryLimit(group),
-		}, now)
+		ranges, batches := sp.acquire(member, alim, now)
 		sc.flush(sp, now)
 		if len(ranges) == 0 {
 			continue

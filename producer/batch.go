@@ -39,6 +39,7 @@ type batch struct {
 
 	pid   int64 // of the transaction the records were produced in
 	epoch int16
+	txn   uint64 // number of that transaction (txnclient.Manager.TxnState)
 
 	// Set when first cut for sending, kept across retries.
 	hasSeq   bool
@@ -116,15 +117,20 @@ func (b *batch) wouldFit(n int, max int32) bool {
 // opened and fails (false, false) only when r alone exceeds max. Called
 // with p.mu held.
 //
-// A new batch takes the producer id and epoch given: the caller reads them
-// while its record is counted as outstanding, so they belong to the
-// transaction the record is produced in (a commit cannot end it before the
-// record is resolved).
-func (p *partition) appendLocked(r *kgo.Record, promise func(*kgo.Record, error), max int32, now time.Time, pid int64, epoch int16) (ok, full bool) {
+// A new batch takes the producer id, epoch and transaction number given:
+// the caller reads them while its record is counted as outstanding, so
+// they belong to the transaction the record is produced in (a commit
+// cannot end it before the record is resolved). An open batch of another
+// transaction is closed rather than joined.
+func (p *partition) appendLocked(r *kgo.Record, promise func(*kgo.Record, error), max int32, now time.Time, pid int64, epoch int16, txn uint64) (ok, full bool) {
 	ts := r.Timestamp.UnixMilli()
 	var b *batch
 	if n := len(p.batches); n > 0 && !p.batches[n-1].closed {
 		b = p.batches[n-1]
+		if b.txn != txn {
+			b.closed = true
+			b = nil
+		}
 	}
 	var body, payload int
 	if b != nil {
@@ -139,7 +145,7 @@ func (p *partition) appendLocked(r *kgo.Record, promise func(*kgo.Record, error)
 		if recordBatchOverhead+recordSize(body) > int(max) {
 			return false, false
 		}
-		b = &batch{firstTS: ts, maxTS: ts, created: now, pid: pid, epoch: epoch, body: getBytes(), recs: getRecs()}
+		b = &batch{firstTS: ts, maxTS: ts, created: now, pid: pid, epoch: epoch, txn: txn, body: getBytes(), recs: getRecs()}
 		p.batches = append(p.batches, b)
 	}
 	b.body = appendRecord(b.body, r, ts-b.firstTS, int32(len(b.recs)), body)
@@ -288,12 +294,14 @@ type backupIter struct {
 	i     int
 }
 
+// Next returns the next partition index and its buffered record count.
 func (it *backupIter) Next() (int, int64) {
 	i := it.i
 	it.i++
 	return i, it.parts[i].buffered.Load()
 }
 
+// Rem returns how many partitions Next has left.
 func (it *backupIter) Rem() int { return len(it.parts) - it.i }
 
 // pick chooses the partition of r, with t.mu held.

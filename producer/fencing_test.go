@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -43,16 +43,7 @@ func TestStaleCoordinatorAnswerIsNotFinal(t *testing.T) {
 	p := newProducer(t, c, txnID, Linger(0), Logger(slog.New(logs)))
 	ctx := testCtx(t)
 
-	var mu sync.Mutex
-	var endTxnNodes []int32
-	stopObserving := c.ObserveRequests(func(node int32, req kmsg.Request) {
-		if req.Key() == kmsg.EndTxn.Int16() {
-			mu.Lock()
-			endTxnNodes = append(endTxnNodes, node)
-			mu.Unlock()
-		}
-	})
-	defer stopObserving()
+	log := testkit.ObserveRequests(t, c)
 
 	// Transaction N commits on A.
 	require.NoError(t, p.BeginTransaction())
@@ -75,16 +66,15 @@ func TestStaleCoordinatorAnswerIsNotFinal(t *testing.T) {
 
 	// Transaction N+1: the leaders add its partitions at B; the producer's
 	// EndTxn goes to A first.
-	mu.Lock()
-	endTxnNodes = nil
-	mu.Unlock()
+	log.Reset()
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, topic, "n1-0", "n1-1", "n1-2")
 	require.NoError(t, p.CommitTransaction(ctx), "the defense turns the stale answer into a retry at B")
 
-	mu.Lock()
-	nodes := append([]int32(nil), endTxnNodes...)
-	mu.Unlock()
+	var nodes []int32
+	for _, o := range log.Of(kmsg.EndTxn.Int16()) {
+		nodes = append(nodes, o.Node)
+	}
 	require.Equal(t, []int32{a, b}, nodes, "EndTxn went to the old coordinator, then to the new one")
 	require.NotEmpty(t, logs.matching("former coordinator", "INVALID_TXN_STATE"), "the defense saw the stale answer")
 

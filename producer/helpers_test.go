@@ -9,35 +9,21 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 )
 
 // testCtx bounds a test so that a broken one fails instead of hanging.
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t testing.TB) context.Context { return testkit.Context(t) }
 
 // newCluster starts a bundled cluster that the test closes.
-func newCluster(t testing.TB, opts ...broker.Opt) *broker.Cluster {
-	t.Helper()
-	c, err := broker.NewCluster(opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	return c
-}
+func newCluster(t testing.TB, opts ...broker.Opt) *broker.Cluster { return testkit.Cluster(t, opts...) }
 
 // newClient returns a plain kgo client on the cluster that the test closes.
 func newClient(t testing.TB, c *broker.Cluster, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Bootstrap()...)}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	return cl
+	return testkit.Client(t, c.Bootstrap(), opts...)
 }
 
 // newProducer returns an initialized producer that the test closes.
@@ -57,10 +43,7 @@ func newProducer(t testing.TB, c *broker.Cluster, txnID string, opts ...Opt) *Pr
 // createTopic creates a topic through the wire.
 func createTopic(t testing.TB, c *broker.Cluster, name string, partitions int32) {
 	t.Helper()
-	cl := newClient(t, c)
-	resp, err := kadm.NewClient(cl).CreateTopic(testCtx(t), partitions, 1, nil, name)
-	require.NoError(t, err)
-	require.NoError(t, resp.Err)
+	testkit.CreateTopic(testCtx(t), t, newClient(t, c), name, partitions)
 }
 
 // committedRecord is a record a read_committed reader saw.

@@ -68,16 +68,9 @@ func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
 		return nil, err
 	}
 	t = &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
-	t.parts = make([]*partition, len(tm.Partitions))
-	for i := range t.parts {
-		t.parts[i] = &partition{topic: t, id: int32(i), seqPID: -1, seqEpoch: -1}
-		t.parts[i].leader.Store(-1)
-	}
-	for _, mp := range tm.Partitions {
-		if mp.Partition >= 0 && int(mp.Partition) < len(t.parts) {
-			t.parts[mp.Partition].leader.Store(mp.Leader)
-		}
-	}
+	t.mu.Lock()
+	t.applyMetadataLocked(tm)
+	t.mu.Unlock()
 	p.topicsMu.Lock()
 	p.topics[name] = t
 	p.topicsMu.Unlock()
@@ -126,7 +119,7 @@ func (p *Producer) refreshTopics(names []string) {
 	defer cancel()
 	m, err := p.metadata(ctx, names, true)
 	if err != nil {
-		p.cfg.logger.Debug("metadata refresh failed", "topics", names, "err", err)
+		p.cfg.conn.Logger.Debug("metadata refresh failed", "topics", names, "err", err)
 		return
 	}
 	p.topicsMu.RLock()
@@ -137,20 +130,29 @@ func (p *Producer) refreshTopics(names []string) {
 			continue
 		}
 		t.mu.Lock()
-		for len(t.parts) < len(mt.Partitions) {
-			part := &partition{topic: t, id: int32(len(t.parts)), seqPID: -1, seqEpoch: -1}
-			part.leader.Store(-1)
-			t.parts = append(t.parts, part)
-		}
-		for _, mp := range mt.Partitions {
-			if mp.Partition >= 0 && int(mp.Partition) < len(t.parts) {
-				t.parts[mp.Partition].leader.Store(mp.Leader)
-			}
-		}
+		t.applyMetadataLocked(mt)
 		t.mu.Unlock()
 	}
 }
 
+// applyMetadataLocked adds the partitions that metadata counts beyond the
+// known ones (Kafka never removes partitions; a new one has no leader
+// until metadata names it) and stores the leader of every partition that
+// metadata lists. Called with t.mu held.
+func (t *topic) applyMetadataLocked(mt kmsg.MetadataResponseTopic) {
+	for len(t.parts) < len(mt.Partitions) {
+		part := &partition{topic: t, id: int32(len(t.parts)), seqPID: -1, seqEpoch: -1}
+		part.leader.Store(-1)
+		t.parts = append(t.parts, part)
+	}
+	for _, mp := range mt.Partitions {
+		if mp.Partition >= 0 && int(mp.Partition) < len(t.parts) {
+			t.parts[mp.Partition].leader.Store(mp.Leader)
+		}
+	}
+}
+
+// topicNames returns the names of the topics the producer has loaded.
 func (p *Producer) topicNames() []string {
 	p.topicsMu.RLock()
 	defer p.topicsMu.RUnlock()

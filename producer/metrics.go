@@ -14,6 +14,8 @@ const latencyWindow = 4096
 
 // Metrics is a snapshot of a Producer's counters since it was created.
 type Metrics struct {
+	// TransactionsCommitted and TransactionsAborted count transactions
+	// that ended with a commit or an abort.
 	TransactionsCommitted int64
 	TransactionsAborted   int64
 	// CommitLatencyP50 and CommitLatencyP99 are percentiles of the

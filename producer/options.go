@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/txnclient"
 )
 
@@ -22,15 +22,13 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	seeds            []string
+	conn             kgoclient.Settings
 	txnID            string
 	txnTimeout       time.Duration
 	linger           time.Duration
 	batchMaxBytes    int32
 	compression      []kgo.CompressionCodec
 	partitioner      kgo.Partitioner
-	logger           *slog.Logger
-	kgoOpts          []kgo.Opt
 	maxBuffered      int
 	maxInflight      int
 	produceTimeout   time.Duration
@@ -39,12 +37,12 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
+		conn:           kgoclient.Defaults(),
 		txnTimeout:     txnclient.DefaultTransactionTimeout,
 		linger:         10 * time.Millisecond,
 		batchMaxBytes:  1000012, // Kafka's default max.message.bytes
 		compression:    []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.NoCompression()},
 		partitioner:    kgo.UniformBytesPartitioner(64<<10, true, true, nil),
-		logger:         slog.New(slog.DiscardHandler),
 		maxBuffered:    50000,
 		maxInflight:    5,
 		produceTimeout: 30 * time.Second,
@@ -52,9 +50,10 @@ func defaultConfig() config {
 }
 
 func (c *config) validate() error {
+	if err := c.conn.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case len(c.seeds) == 0:
-		return errors.New("no seed brokers (use SeedBrokers)")
 	case c.txnID == "":
 		return errors.New("no transactional id (use TransactionalID)")
 	case c.txnTimeout <= 0:
@@ -65,8 +64,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("batch max bytes %d is below 1024", c.batchMaxBytes)
 	case c.partitioner == nil:
 		return errors.New("nil partitioner")
-	case c.logger == nil:
-		return errors.New("nil logger")
 	case c.maxBuffered <= 0:
 		return fmt.Errorf("max buffered records %d is not positive", c.maxBuffered)
 	case c.maxInflight <= 0:
@@ -77,11 +74,13 @@ func (c *config) validate() error {
 	return nil
 }
 
+// connOpt applies a connection setting shared with the other kshare
+// clients.
+func connOpt(set kgoclient.Setting) Opt { return optFunc(func(c *config) { set(&c.conn) }) }
+
 // SeedBrokers sets the host:port addresses used to discover the cluster.
-// Required.
-func SeedBrokers(addrs ...string) Opt {
-	return optFunc(func(c *config) { c.seeds = append(c.seeds, addrs...) })
-}
+// Required; New fails with ErrUsage without them.
+func SeedBrokers(addrs ...string) Opt { return connOpt(kgoclient.SeedBrokers(addrs...)) }
 
 // TransactionalID sets the transactional id. Required. A second producer
 // with the same id fences this one (it then gets ErrFatal).
@@ -116,15 +115,14 @@ func Compression(codecs ...kgo.CompressionCodec) Opt {
 func Partitioner(p kgo.Partitioner) Opt { return optFunc(func(c *config) { c.partitioner = p }) }
 
 // DialTLSConfig turns TLS on for every connection (kgo.DialTLSConfig).
-func DialTLSConfig(cfg *tls.Config) Opt {
-	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, kgo.DialTLSConfig(cfg)) })
-}
+// A handshake failure surfaces as the connection error of the first
+// request, InitTransactions usually.
+func DialTLSConfig(cfg *tls.Config) Opt { return connOpt(kgoclient.DialTLSConfig(cfg)) }
 
 // SASL authenticates every connection with the first mechanism the broker
-// supports (kgo.SASL).
-func SASL(mechanisms ...sasl.Mechanism) Opt {
-	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, kgo.SASL(mechanisms...)) })
-}
+// supports (kgo.SASL). An authentication failure surfaces as the error of
+// the first request, InitTransactions usually.
+func SASL(mechanisms ...sasl.Mechanism) Opt { return connOpt(kgoclient.SASL(mechanisms...)) }
 
 // KgoOpts passes transport-level options (dialer, client id, request
 // timeouts, version pins, ...) to the underlying kgo.Client. Producer and
@@ -132,14 +130,12 @@ func SASL(mechanisms ...sasl.Mechanism) Opt {
 // producing. A kgo.MaxVersions pin replaces txnclient.KgoMaxVersions(); if
 // it leaves out the KIP-1289 keys, share acknowledgements fail with
 // ErrShareAcksUnsupported, and below EndTxn v5 or Produce v12 transactions
-// run as TV1.
-func KgoOpts(opts ...kgo.Opt) Opt {
-	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, opts...) })
-}
+// run as TV1. New fails with ErrUsage if kgo refuses an option.
+func KgoOpts(opts ...kgo.Opt) Opt { return connOpt(kgoclient.KgoOpts(opts...)) }
 
 // Logger sets the structured logger (default: discard). kgo's own log lines
-// go to it too.
-func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+// go to it too. A nil logger makes New fail with ErrUsage.
+func Logger(l *slog.Logger) Opt { return connOpt(kgoclient.Logger(l)) }
 
 // MaxBufferedRecords caps the records produced but not yet acknowledged
 // (default 50000, as kgo); Produce blocks, within its context, while the
@@ -161,34 +157,3 @@ func ProduceRequestTimeout(d time.Duration) Opt {
 // AllowAutoTopicCreation lets metadata requests create missing topics, if
 // the broker allows it (default off, as kgo).
 func AllowAutoTopicCreation() Opt { return optFunc(func(c *config) { c.autoCreateTopics = true }) }
-
-// slogLogger adapts a *slog.Logger to kgo.Logger.
-type slogLogger struct{ l *slog.Logger }
-
-func (s slogLogger) Level() kgo.LogLevel {
-	ctx := context.Background()
-	switch {
-	case s.l.Enabled(ctx, slog.LevelDebug):
-		return kgo.LogLevelDebug
-	case s.l.Enabled(ctx, slog.LevelInfo):
-		return kgo.LogLevelInfo
-	case s.l.Enabled(ctx, slog.LevelWarn):
-		return kgo.LogLevelWarn
-	case s.l.Enabled(ctx, slog.LevelError):
-		return kgo.LogLevelError
-	}
-	return kgo.LogLevelNone
-}
-
-func (s slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lvl := slog.LevelDebug
-	switch level {
-	case kgo.LogLevelError:
-		lvl = slog.LevelError
-	case kgo.LogLevelWarn:
-		lvl = slog.LevelWarn
-	case kgo.LogLevelInfo:
-		lvl = slog.LevelInfo
-	}
-	s.l.Log(context.Background(), lvl, msg, append(keyvals, "component", "kgo")...)
-}

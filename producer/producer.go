@@ -76,23 +76,21 @@ func New(opts ...Opt) (*Producer, error) {
 		return nil, txnclient.Usage(op, fmt.Errorf("compression: %w", err))
 	}
 	kopts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.seeds...),
-		kgo.WithLogger(slogLogger{cfg.logger}),
 		kgo.ProduceRequestTimeout(cfg.produceTimeout),
 		kgo.MaxVersions(txnclient.KgoMaxVersions()),
 	}
 	if cfg.autoCreateTopics {
 		kopts = append(kopts, kgo.AllowAutoTopicCreation())
 	}
-	cl, err := kgo.NewClient(append(kopts, cfg.kgoOpts...)...)
+	cl, err := cfg.conn.NewClient(kopts...)
 	if err != nil {
-		return nil, txnclient.Usage(op, fmt.Errorf("kgo client: %w", err))
+		return nil, txnclient.Usage(op, err)
 	}
 	txn, err := txnclient.New(txnclient.Config{
 		Client:             cl,
 		TransactionalID:    cfg.txnID,
 		TransactionTimeout: cfg.txnTimeout,
-		Logger:             cfg.logger,
+		Logger:             cfg.conn.Logger,
 	})
 	if err != nil {
 		cl.Close()
@@ -238,7 +236,8 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	// Abort, which change the state before waiting for the count to drop:
 	// either they wait for this record or it sees their state.
 	p.outstanding.Add(1)
-	if st := p.txn.State(); st != txnclient.StateInTransaction || p.closing.Load() {
+	st, txnNum := p.txn.TxnState()
+	if st != txnclient.StateInTransaction || p.closing.Load() {
 		p.doneRecords(1)
 		if p.closing.Load() {
 			promise(r, errClosed(op))
@@ -262,7 +261,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.failUnbuffered(r, promise, err)
 		return
 	}
-	if err := p.buffer(t, r, promise); err != nil {
+	if err := p.buffer(t, r, promise, txnNum); err != nil {
 		p.releaseSlots(1)
 		p.failUnbuffered(r, promise, err)
 	}
@@ -327,8 +326,9 @@ func (p *Producer) failUnbuffered(r *kgo.Record, promise func(*kgo.Record, error
 	promise(r, cerr)
 }
 
-// buffer partitions r and appends it to its partition's open batch.
-func (p *Producer) buffer(t *topic, r *kgo.Record, promise func(*kgo.Record, error)) error {
+// buffer partitions r and appends it to its partition's open batch of
+// transaction txnNum.
+func (p *Producer) buffer(t *topic, r *kgo.Record, promise func(*kgo.Record, error), txnNum uint64) error {
 	now := time.Now()
 	if r.Timestamp.IsZero() {
 		r.Timestamp = now
@@ -354,7 +354,7 @@ func (p *Producer) buffer(t *topic, r *kgo.Record, promise func(*kgo.Record, err
 	r.Partition = part.id
 	part.mu.Lock()
 	opened := part.opensBatchLocked()
-	ok, full := part.appendLocked(r, promise, p.cfg.batchMaxBytes, now, pid, epoch)
+	ok, full := part.appendLocked(r, promise, p.cfg.batchMaxBytes, now, pid, epoch, txnNum)
 	part.mu.Unlock()
 	t.mu.Unlock()
 	if !ok {

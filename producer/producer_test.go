@@ -2,10 +2,6 @@ package producer
 
 import (
 	"fmt"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -16,8 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/wire"
 )
 
 // Transactions alternately commit and abort; a read_committed reader sees
@@ -90,68 +91,15 @@ func TestCommitsWhileTransactionStateLeadershipMoves(t *testing.T) {
 	const topic, partitions, txnID = "moves", 3, "moving-coordinator"
 	createTopic(t, c, topic, partitions)
 	p := newProducer(t, c, txnID, Linger(0))
-	ctx := testCtx(t)
 	statePartition := c.CoordinatorPartition(1, txnID)
+	moves, _ := keepMovingLeaders(t, c, 2*time.Millisecond, 10*time.Millisecond, func(int) (string, int32) {
+		return wire.TransactionStateTopic, statePartition
+	})
 
-	stop := make(chan struct{})
-	var moves atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(2+rand.IntN(10)) * time.Millisecond):
-			}
-			leader, err := c.Leader(wire.TransactionStateTopic, statePartition)
-			if !assert.NoError(t, err) {
-				return
-			}
-			if !assert.NoError(t, c.MoveLeader(wire.TransactionStateTopic, statePartition, (leader+1)%3)) {
-				return
-			}
-			moves.Add(1)
-		}
-	}()
-	defer wg.Wait()
-	defer close(stop)
-
-	committed := make(map[string]bool)
-	var aborted int
-	for i := 0; i < 150 || moves.Load() < 50; i++ {
-		require.NoError(t, ctx.Err(), "after %d transactions and %d moves", i, moves.Load())
-		require.NoError(t, p.BeginTransaction())
-		var vals []string
-		for j := range 10 {
-			v := fmt.Sprintf("t%03d-r%02d", i, j)
-			vals = append(vals, v)
-			p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte(v)}, nil)
-		}
-		err := p.CommitTransaction(ctx)
-		if err == nil {
-			for _, v := range vals {
-				committed[v] = true
-			}
-			continue
-		}
-		require.ErrorIs(t, err, txnclient.ErrAbortable, "commit %d", i)
-		require.NotErrorIs(t, err, txnclient.ErrFatal)
-		aborted++
-		require.NoError(t, p.AbortTransaction(ctx), "abort after %v", err)
-	}
+	committed, aborted := commitStream(t, p, topic, 10, func(i int) bool { return i < 150 || moves.Load() < 50 })
 	t.Logf("%d transactions committed, %d aborted, %d leadership moves", len(committed)/10, aborted, moves.Load())
 	require.Equal(t, txnclient.StateReady, p.Transactions().State())
-
-	seen := make(map[string]int)
-	for _, r := range readCommitted(t, c, topic, partitions) {
-		seen[r.value]++
-	}
-	for v := range committed {
-		require.Equal(t, 1, seen[v], "committed record %s", v)
-	}
-	require.Len(t, seen, len(committed), "no record of an aborted transaction is visible")
+	requireCommittedOnce(t, c, topic, partitions, committed)
 }
 
 // With a client that cannot send EndTxn v5 / Produce v12 (pinned to Kafka
@@ -162,16 +110,7 @@ func TestTV1Fallback(t *testing.T) {
 	c := newCluster(t, broker.Nodes(3))
 	const topic, partitions = "tv1", 3
 	createTopic(t, c, topic, partitions)
-	var mu sync.Mutex
-	var adds []*kmsg.AddPartitionsToTxnRequest
-	stop := c.ObserveRequests(func(_ int32, req kmsg.Request) {
-		if r, ok := req.(*kmsg.AddPartitionsToTxnRequest); ok {
-			mu.Lock()
-			adds = append(adds, r)
-			mu.Unlock()
-		}
-	})
-	defer stop()
+	log := testkit.ObserveRequests(t, c)
 	p := newProducer(t, c, "tv1-txn", Linger(0), KgoOpts(kgo.MaxVersions(kversion.V3_5_0())))
 	require.False(t, p.Transactions().TV2())
 	ctx := testCtx(t)
@@ -197,22 +136,15 @@ func TestTV1Fallback(t *testing.T) {
 	gotPID, gotEpoch := p.Transactions().ProducerID()
 	require.Equal(t, pid, gotPID)
 	require.Equal(t, epoch, gotEpoch, "TV1 keeps the epoch across transactions")
-	mu.Lock()
 	clientAdds := 0
-	for _, a := range adds {
-		if a.Version <= 3 { // v4+ are the leaders' own verification requests
+	for _, o := range log.Of(kmsg.AddPartitionsToTxn.Int16()) {
+		if a := o.Req.(*kmsg.AddPartitionsToTxnRequest); a.Version <= 3 { // v4+ are the leaders' own verification requests
 			require.Equal(t, "tv1-txn", a.TransactionalID)
 			clientAdds++
 		}
 	}
-	mu.Unlock()
 	require.GreaterOrEqual(t, clientAdds, 4, "AddPartitionsToTxn v3 in every transaction")
-	got := map[string]bool{}
-	for _, r := range readCommitted(t, c, topic, partitions) {
-		require.False(t, got[r.value], "duplicate %s", r.value)
-		got[r.value] = true
-	}
-	require.Equal(t, want, got)
+	requireCommittedOnce(t, c, topic, partitions, want)
 }
 
 // While the leaders of the data partitions keep moving, produce requests
@@ -223,60 +155,89 @@ func TestCommitsWhileDataLeadersMove(t *testing.T) {
 	const topic, partitions = "moving-data", 3
 	createTopic(t, c, topic, partitions)
 	p := newProducer(t, c, "moving-data-txn", Linger(time.Millisecond))
-	ctx := testCtx(t)
+	moves, stopMoving := keepMovingLeaders(t, c, 5*time.Millisecond, 15*time.Millisecond, func(i int) (string, int32) {
+		return topic, int32(i) % partitions
+	})
 
-	stop := make(chan struct{})
-	var moves atomic.Int64
+	committed, _ := commitStream(t, p, topic, 30, func(i int) bool { return i < 60 || moves.Load() < 30 })
+	stopMoving() // the reader below needs leaders that stay put
+	t.Logf("%d records committed across %d leader moves", len(committed), moves.Load())
+	require.NotEmpty(t, committed)
+	requireCommittedOnce(t, c, topic, partitions, committed)
+}
+
+// keepMovingLeaders moves a partition's leadership to the next node, again
+// and again after pauses of minPause plus up to jitter, until the returned
+// stop is called (at the latest when the test ends). which names the
+// partition of the i-th move. moves counts the moves made.
+func keepMovingLeaders(t *testing.T, c *broker.Cluster, minPause, jitter time.Duration, which func(i int) (string, int32)) (moves *atomic.Int64, stop func()) {
+	nodes := int32(len(c.NodeIDs()))
+	moves = new(atomic.Int64)
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := int32(0); ; i++ {
+		for i := 0; ; i++ {
 			select {
-			case <-stop:
+			case <-done:
 				return
-			case <-time.After(time.Duration(5+rand.IntN(15)) * time.Millisecond):
+			case <-time.After(minPause + rand.N(jitter)):
 			}
-			part := i % partitions
-			leader, err := c.Leader(topic, part)
-			if !assert.NoError(t, err) || !assert.NoError(t, c.MoveLeader(topic, part, (leader+1)%3)) {
+			topic, partition := which(i)
+			leader, err := c.Leader(topic, partition)
+			if !assert.NoError(t, err) || !assert.NoError(t, c.MoveLeader(topic, partition, (leader+1)%nodes)) {
 				return
 			}
 			moves.Add(1)
 		}
 	}()
-	stopMoving := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopMoving()
+	stop = sync.OnceFunc(func() { close(done); wg.Wait() })
+	t.Cleanup(stop)
+	return moves, stop
+}
 
-	committed := make(map[string]bool)
-	for i := 0; i < 60 || moves.Load() < 30; i++ {
-		require.NoError(t, ctx.Err(), "after %d transactions and %d moves", i, moves.Load())
+// commitStream runs transactions of perTxn records each for as long as
+// more(i) says, i counting the transactions run. A commit that fails must
+// fail as abortable, never fatal, and the transaction is then aborted. It
+// returns the values of the committed records and how many transactions
+// aborted.
+func commitStream(t *testing.T, p *Producer, topic string, perTxn int, more func(i int) bool) (committed map[string]bool, aborted int) {
+	t.Helper()
+	ctx := testCtx(t)
+	committed = make(map[string]bool)
+	for i := 0; more(i); i++ {
+		require.NoError(t, ctx.Err(), "after %d transactions", i)
 		require.NoError(t, p.BeginTransaction())
-		var vals []string
-		for j := range 30 {
-			v := fmt.Sprintf("t%04d-r%02d", i, j)
-			vals = append(vals, v)
-			p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte(v)}, nil)
+		vals := make([]string, perTxn)
+		for j := range vals {
+			vals[j] = fmt.Sprintf("t%04d-r%03d", i, j)
+			p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte(vals[j])}, nil)
 		}
-		err := p.CommitTransaction(ctx)
-		if err != nil {
-			require.ErrorIs(t, err, txnclient.ErrAbortable, "transaction %d", i)
-			require.NoError(t, p.AbortTransaction(ctx))
+		if err := p.CommitTransaction(ctx); err != nil {
+			require.ErrorIs(t, err, txnclient.ErrAbortable, "commit %d", i)
+			require.NotErrorIs(t, err, txnclient.ErrFatal, "commit %d", i)
+			aborted++
+			require.NoError(t, p.AbortTransaction(ctx), "abort after %v", err)
 			continue
 		}
 		for _, v := range vals {
 			committed[v] = true
 		}
 	}
-	stopMoving() // the reader below needs leaders that stay put
-	t.Logf("%d records committed across %d leader moves", len(committed), moves.Load())
-	require.NotEmpty(t, committed)
+	return committed, aborted
+}
+
+// requireCommittedOnce requires that a read_committed reader of topic sees
+// every value of want exactly once, and nothing else.
+func requireCommittedOnce(t *testing.T, c *broker.Cluster, topic string, partitions int32, want map[string]bool) {
+	t.Helper()
 	seen := make(map[string]int)
 	for _, r := range readCommitted(t, c, topic, partitions) {
 		seen[r.value]++
 	}
-	for v := range committed {
+	for v := range want {
 		require.Equal(t, 1, seen[v], "committed record %s", v)
 	}
-	require.Len(t, seen, len(committed))
+	require.Len(t, seen, len(want), "no record of an aborted transaction is visible")
 }

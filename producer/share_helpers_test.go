@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -32,29 +33,11 @@ type shareMember struct {
 	sessions map[int32]int32 // node -> next share session epoch
 }
 
-// setGroupConfig sets share-group configs (name, value pairs).
-func setGroupConfig(t *testing.T, cl *kgo.Client, group string, kvs ...string) {
-	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	for i := 0; i+1 < len(kvs); i += 2 {
-		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		cfg.Name, cfg.Value = kvs[i], &kvs[i+1]
-		res.Configs = append(res.Configs, cfg)
-	}
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(testCtx(t), cl)
-	require.NoError(t, err)
-	require.Len(t, resp.Resources, 1)
-	require.NoError(t, kerr.ErrorForCode(resp.Resources[0].ErrorCode), "group configs %v", kvs)
-}
-
 // joinShareGroup joins group, subscribed to topic, reading from the start.
 func joinShareGroup(t *testing.T, c *broker.Cluster, group, topic string, configs ...string) *shareMember {
 	t.Helper()
 	cl := newClient(t, c)
-	setGroupConfig(t, cl, group, append([]string{"share.auto.offset.reset", "earliest"}, configs...)...)
+	testkit.SetGroupConfigs(testCtx(t), t, cl, group, append([]string{"share.auto.offset.reset", "earliest"}, configs...)...)
 	idBytes := make([]byte, 16)
 	_, _ = rand.Read(idBytes)
 	m := &shareMember{t: t, c: c, cl: cl, group: group, id: hex.EncodeToString(idBytes), topic: topic, sessions: map[int32]int32{}}
@@ -128,26 +111,10 @@ func acksFor(acks *wire.ShareAcks, topic string, id [16]byte, partition int32, o
 }
 
 // startOffsets returns the share group's start offset per partition of
-// topic (DescribeShareGroupOffsets): it passes every acknowledged record.
+// topic: it passes every acknowledged record.
 func startOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
 	t.Helper()
-	req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
-	rg := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
-	rg.GroupID = group
-	req.Groups = append(req.Groups, rg)
-	resp, err := req.RequestWith(testCtx(t), cl)
-	require.NoError(t, err)
-	require.Len(t, resp.Groups, 1)
-	require.NoError(t, kerr.ErrorForCode(resp.Groups[0].ErrorCode))
-	out := make(map[int32]int64)
-	for _, rt := range resp.Groups[0].Topics {
-		if rt.Topic == topic {
-			for _, rp := range rt.Partitions {
-				out[rp.Partition] = rp.StartOffset
-			}
-		}
-	}
-	return out
+	return testkit.StartOffsets(testCtx(t), t, cl, group, topic)
 }
 
 // produceInput writes n plain records to each partition of topic.

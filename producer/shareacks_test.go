@@ -3,8 +3,8 @@ package producer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -64,21 +65,15 @@ func TestShareAcksCommitWithOutputs(t *testing.T) {
 	produceInput(t, c, in, 3, 2)
 	got := member.acquire(ctx, 2, 2)
 	require.Len(t, got, 2)
-	var endTxns sync.WaitGroup
-	endTxns.Add(1)
-	var once sync.Once
-	stop := c.ObserveRequests(func(_ int32, req kmsg.Request) {
-		if req.Key() == kmsg.EndTxn.Int16() && req.(*kmsg.EndTxnRequest).Commit {
-			once.Do(endTxns.Done)
-		}
-	})
-	defer stop()
+	log := testkit.ObserveRequests(t, c)
 	only := &wire.ShareAcks{}
 	acksFor(only, in, member.topicID, 2, got, wire.AckReject)
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(ctx, only, member.metadata()))
 	require.NoError(t, p.CommitTransaction(ctx))
-	endTxns.Wait()
+	require.True(t, slices.ContainsFunc(log.Of(kmsg.EndTxn.Int16()), func(o testkit.Observed) bool {
+		return o.Req.(*kmsg.EndTxnRequest).Commit
+	}), "the acknowledgement-only transaction ended with EndTxn(COMMIT)")
 	require.EqualValues(t, perPartition+2, startOffsets(t, member.cl, group, in)[2], "rejected records are archived")
 	m := p.Metrics()
 	require.EqualValues(t, 3*perPartition+2, m.ShareAcksCommitted)
@@ -184,16 +179,7 @@ func TestShareAcksTrackerRefusal(t *testing.T) {
 func TestShareAcksUnsupportedSendsNothing(t *testing.T) {
 	c := newCluster(t, broker.ShareTxnAPIs(false))
 	createTopic(t, c, "plain", 1)
-	var mu sync.Mutex
-	var sent []int16
-	stop := c.ObserveRequests(func(_ int32, req kmsg.Request) {
-		if k := req.Key(); k == wire.AddShareAcksToTxnKey || k == wire.TxnShareAcknowledgeKey {
-			mu.Lock()
-			sent = append(sent, k)
-			mu.Unlock()
-		}
-	})
-	defer stop()
+	log := testkit.ObserveRequests(t, c)
 	p := newProducer(t, c, "plain-worker", Linger(0))
 	ctx := testCtx(t)
 	tracker := &recordingTracker{}
@@ -211,7 +197,6 @@ func TestShareAcksUnsupportedSendsNothing(t *testing.T) {
 	require.Zero(t, tracker.staged, "nothing staged")
 	require.NoError(t, p.CommitTransaction(ctx), "the transaction is unchanged and commits")
 	require.Len(t, readCommitted(t, c, "plain", 1), 1)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, sent, "no KIP-1289 request was sent")
+	require.Empty(t, log.Of(wire.AddShareAcksToTxnKey), "no KIP-1289 request was sent")
+	require.Empty(t, log.Of(wire.TxnShareAcknowledgeKey), "no KIP-1289 request was sent")
 }

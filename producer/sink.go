@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/txnclient"
 )
 
@@ -58,9 +59,14 @@ func (p *Producer) dispatchLoop() {
 // room for another request in flight, fails batches of a transaction that
 // can no longer commit, and returns when it next needs to look (a linger or
 // retry deadline), or zero.
+//
+// The state is read once, at the start, so it may be stale by the time a
+// partition is looked at: the failed transaction may have ended and the
+// next one buffered records. Only batches of transactions up to txnNum,
+// the one the state concerns, are failed.
 func (p *Producer) dispatch(inflight map[int32]int, done chan<- int32) time.Time {
 	now := time.Now()
-	st := p.txn.State()
+	st, txnNum := p.txn.TxnState()
 	var failErr error
 	switch st {
 	case txnclient.StateAbortableError, txnclient.StateFatalError:
@@ -93,13 +99,18 @@ func (p *Producer) dispatch(inflight map[int32]int, done chan<- int32) time.Time
 				continue
 			}
 			if failErr != nil {
-				toFail = append(toFail, part.batches...)
-				for range part.batches {
+				n := 0
+				for n < len(part.batches) && part.batches[n].txn <= txnNum {
+					toFail = append(toFail, part.batches[n])
 					toFailParts = append(toFailParts, part)
+					n++
 				}
-				part.batches = nil
-				part.mu.Unlock()
-				continue
+				if n == len(part.batches) {
+					part.batches = nil
+					part.mu.Unlock()
+					continue
+				}
+				part.batches = part.batches[n:]
 			}
 			b := part.batches[0]
 			if !b.retryAt.IsZero() && now.Before(b.retryAt) {
@@ -244,17 +255,10 @@ func (p *Producer) send(node int32, items []sendItem) {
 		var perr error
 		if rp.ErrorCode != 0 {
 			perr = fmt.Errorf("produce to %s/%d at node %d: %w%s", t.name, it.part.id, node,
-				kerr.ErrorForCode(rp.ErrorCode), msgOf(rp.ErrorMessage))
+				kerr.ErrorForCode(rp.ErrorCode), kgoclient.Detail(rp.ErrorMessage))
 		}
 		verdicts[i] = p.settle(it, rp.ErrorCode, rp.BaseOffset, perr)
 	}
-}
-
-func msgOf(s *string) string {
-	if s == nil || *s == "" {
-		return ""
-	}
-	return ": " + *s
 }
 
 // settle decides the fate of one batch after an attempt: written, retried
@@ -286,7 +290,7 @@ func (p *Producer) settle(it sendItem, code int16, baseOffset int64, err error) 
 		p.finishFailed(it.part, it.b, p.txn.Fail("produce", err), true)
 		return retryLater{}
 	}
-	p.cfg.logger.Debug("retrying batch", "topic", it.part.topic.name, "partition", it.part.id, "err", err)
+	p.cfg.conn.Logger.Debug("retrying batch", "topic", it.part.topic.name, "partition", it.part.id, "err", err)
 	it.b.attempts++
 	it.b.retryAt = time.Now().Add(it.b.nextBackoff(p.ctx))
 	return retryLater{retry: true, refresh: code != kerr.ConcurrentTransactions.Code}
@@ -336,14 +340,7 @@ func (p *Producer) finishWritten(it sendItem, baseOffset int64) {
 		pr.promise(r, nil)
 	}
 	p.metrics.produced(int64(len(b.recs)), bytes)
-	part.mu.Lock()
-	part.batches = part.batches[1:]
-	part.inflight = false
-	part.mu.Unlock()
-	n := len(b.recs)
-	part.buffered.Add(-int64(n))
-	b.release()
-	p.release(n)
+	p.retire(part, b, true)
 }
 
 // finishFailed fails every record of b with err. inflight says whether b
@@ -356,6 +353,12 @@ func (p *Producer) finishFailed(part *partition, b *batch, err error, inflight b
 	for _, pr := range b.recs {
 		pr.promise(pr.r, err)
 	}
+	p.retire(part, b, inflight)
+}
+
+// retire forgets a resolved batch: it leaves the head of its partition if
+// it was the batch in flight, and its records free their buffer slots.
+func (p *Producer) retire(part *partition, b *batch, inflight bool) {
 	if inflight {
 		part.mu.Lock()
 		part.batches = part.batches[1:]

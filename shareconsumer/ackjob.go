@@ -3,7 +3,6 @@ package shareconsumer
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 
@@ -16,6 +15,7 @@ import (
 // was lost before the acknowledgement could be sent. errors.Is and
 // errors.As reach every cause.
 type AckError struct {
+	// Failed holds the cause of each partition's failure.
 	Failed map[wire.TopicPartition]error
 }
 
@@ -25,12 +25,7 @@ func (e *AckError) Error() string {
 	for tp := range e.Failed {
 		tps = append(tps, tp)
 	}
-	sort.Slice(tps, func(i, j int) bool {
-		if tps[i].Topic != tps[j].Topic {
-			return tps[i].Topic < tps[j].Topic
-		}
-		return tps[i].Partition < tps[j].Partition
-	})
+	wire.SortTopicPartitions(tps)
 	var b strings.Builder
 	fmt.Fprintf(&b, "share acknowledgements failed in %d partitions:", len(tps))
 	for _, tp := range tps {

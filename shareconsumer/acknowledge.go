@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -144,7 +145,7 @@ func (s *session) doAck(st step) {
 	default:
 		ar = resp.(*kmsg.ShareAcknowledgeResponse)
 		if ar.ErrorCode != 0 {
-			jobErr = fmt.Errorf("ShareAcknowledge to node %d: %w%s", s.node, kerr.ErrorForCode(ar.ErrorCode), detail(ar.ErrorMessage))
+			jobErr = fmt.Errorf("ShareAcknowledge to node %d: %w%s", s.node, kerr.ErrorForCode(ar.ErrorCode), kgoclient.Detail(ar.ErrorMessage))
 			if !final {
 				failJobs = s.resetLocked(jobErr)
 				s.topLevelErrorLocked(ar.ErrorCode, jobErr, now)
@@ -178,7 +179,7 @@ func (s *session) doAck(st step) {
 			if p.ErrorCode == 0 {
 				continue
 			}
-			failed[tp] = fmt.Errorf("node %d: %w%s", s.node, kerr.ErrorForCode(p.ErrorCode), detail(p.ErrorMessage))
+			failed[tp] = fmt.Errorf("node %d: %w%s", s.node, kerr.ErrorForCode(p.ErrorCode), kgoclient.Detail(p.ErrorMessage))
 			switch p.ErrorCode {
 			case kerr.NotLeaderForPartition.Code, kerr.FencedLeaderEpoch.Code, kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code:
 				if !final {

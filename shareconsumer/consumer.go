@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -76,14 +75,9 @@ func New(opts ...Opt) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("shareconsumer: %w", err)
 	}
-	kopts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.seeds...),
-		kgo.WithLogger(slogAdapter{cfg.logger}),
-		kgo.ConnIdleTimeout(connIdleTimeout),
-	}
-	cl, err := kgo.NewClient(append(kopts, cfg.kgoOpts...)...)
+	cl, err := cfg.conn.NewClient(kgo.ConnIdleTimeout(connIdleTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("shareconsumer: kgo client: %w", err)
+		return nil, fmt.Errorf("shareconsumer: %w", err)
 	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -107,7 +101,7 @@ func New(opts ...Opt) (*Consumer, error) {
 		decided:      make(map[*acquisition]struct{}),
 		renewMissing: make(map[int32]bool),
 	}
-	c.logger = cfg.logger.With("group", cfg.group, "member_id", c.memberID)
+	c.logger = cfg.conn.Logger.With("group", cfg.group, "member_id", c.memberID)
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.hbCtx, c.hbCancel = context.WithCancel(c.bgCtx)
 	go c.heartbeatLoop()
@@ -139,12 +133,7 @@ func (c *Consumer) Assigned() []wire.TopicPartition {
 	for tp := range c.assigned {
 		out = append(out, tp)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
+	wire.SortTopicPartitions(out)
 	return out
 }
 

@@ -1,12 +1,6 @@
 package shareconsumer
 
-import (
-	"context"
-	"errors"
-	"log/slog"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-)
+import "errors"
 
 var (
 	// ErrClosed is returned by every call made after Close began.
@@ -35,40 +29,3 @@ var (
 	// take (for example GAP or RENEW given to Ack).
 	ErrInvalidAckType = errors.New("invalid acknowledgement type")
 )
-
-// isContextErr reports whether err is a context cancellation or deadline.
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// slogAdapter makes a *slog.Logger a kgo.Logger, so kgo's lines reach the
-// consumer's logger.
-type slogAdapter struct{ l *slog.Logger }
-
-func (s slogAdapter) Level() kgo.LogLevel {
-	ctx := context.Background()
-	switch {
-	case s.l.Enabled(ctx, slog.LevelDebug):
-		return kgo.LogLevelDebug
-	case s.l.Enabled(ctx, slog.LevelInfo):
-		return kgo.LogLevelInfo
-	case s.l.Enabled(ctx, slog.LevelWarn):
-		return kgo.LogLevelWarn
-	case s.l.Enabled(ctx, slog.LevelError):
-		return kgo.LogLevelError
-	}
-	return kgo.LogLevelNone
-}
-
-func (s slogAdapter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lvl := slog.LevelDebug
-	switch level {
-	case kgo.LogLevelError:
-		lvl = slog.LevelError
-	case kgo.LogLevelWarn:
-		lvl = slog.LevelWarn
-	case kgo.LogLevelInfo:
-		lvl = slog.LevelInfo
-	}
-	s.l.Log(context.Background(), lvl, msg, append(keyvals, "component", "kgo")...)
-}

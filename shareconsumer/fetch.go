@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -208,7 +209,7 @@ func (s *session) acquireLocked(tp wire.TopicPartition, id [16]byte, rp *kmsg.Sh
 // this node are gone and the leader must be looked up again; other errors
 // reach Poll.
 func (s *session) partitionErrorLocked(tp wire.TopicPartition, api string, code int16, msg *string, now time.Time) {
-	err := fmt.Errorf("%s %s/%d at node %d: %w%s", api, tp.Topic, tp.Partition, s.node, kerr.ErrorForCode(code), detail(msg))
+	err := fmt.Errorf("%s %s/%d at node %d: %w%s", api, tp.Topic, tp.Partition, s.node, kerr.ErrorForCode(code), kgoclient.Detail(msg))
 	switch code {
 	case kerr.NotLeaderForPartition.Code, kerr.FencedLeaderEpoch.Code, kerr.UnknownTopicOrPartition.Code,
 		kerr.UnknownTopicID.Code, kerr.LeaderNotAvailable.Code, kerr.KafkaStorageError.Code:

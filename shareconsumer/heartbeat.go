@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -98,7 +99,7 @@ func (c *Consumer) heartbeat(ctx context.Context, subscribed *bool) (time.Durati
 		return 0, fmt.Errorf("ShareGroupHeartbeat: %w", err)
 	}
 	if resp.ErrorCode != 0 {
-		herr := fmt.Errorf("ShareGroupHeartbeat: %w%s", kerr.ErrorForCode(resp.ErrorCode), detail(resp.ErrorMessage))
+		herr := fmt.Errorf("ShareGroupHeartbeat: %w%s", kerr.ErrorForCode(resp.ErrorCode), kgoclient.Detail(resp.ErrorMessage))
 		switch resp.ErrorCode {
 		case kerr.UnknownMemberID.Code, kerr.FencedMemberEpoch.Code, kerr.GroupIDNotFound.Code:
 			c.fenced(herr)
@@ -290,7 +291,7 @@ func (c *Consumer) leave(ctx context.Context) error {
 		return fmt.Errorf("leave share group: %w", err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && resp.ErrorCode != kerr.UnknownMemberID.Code {
-		return fmt.Errorf("leave share group: %w%s", err, detail(resp.ErrorMessage))
+		return fmt.Errorf("leave share group: %w%s", err, kgoclient.Detail(resp.ErrorMessage))
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/kshare-go/kshare/internal/kgoclient"
 )
 
 // AckMode says who acknowledges the records a Consumer delivers, and when.
@@ -50,15 +52,13 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	seeds      []string
+	conn       kgoclient.Settings
 	group      string
 	topics     []string
 	mode       AckMode
 	maxRecords int32
 	maxWait    time.Duration
 	maxBytes   int32
-	logger     *slog.Logger
-	kgoOpts    []kgo.Opt
 }
 
 // Defaults. The fetch sizes and the wait are kgo's share-consumer defaults,
@@ -76,18 +76,19 @@ const (
 
 func defaultConfig() config {
 	return config{
+		conn:       kgoclient.Defaults(),
 		mode:       Implicit,
 		maxRecords: DefaultMaxPollRecords,
 		maxWait:    DefaultMaxWait,
 		maxBytes:   DefaultFetchMaxBytes,
-		logger:     slog.New(slog.DiscardHandler),
 	}
 }
 
 func (c *config) validate() error {
+	if err := c.conn.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case len(c.seeds) == 0:
-		return errors.New("no seed brokers (use SeedBrokers)")
 	case c.group == "":
 		return errors.New("no share group (use Group)")
 	case len(c.topics) == 0:
@@ -100,8 +101,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("max wait %v is out of range", c.maxWait)
 	case c.maxBytes <= 0:
 		return fmt.Errorf("fetch max bytes %d is not positive", c.maxBytes)
-	case c.logger == nil:
-		return errors.New("nil logger")
 	}
 	for _, t := range c.topics {
 		if t == "" {
@@ -111,11 +110,13 @@ func (c *config) validate() error {
 	return nil
 }
 
+// connOpt applies a connection setting shared with the other kshare
+// clients.
+func connOpt(set kgoclient.Setting) Opt { return optFunc(func(c *config) { set(&c.conn) }) }
+
 // SeedBrokers sets the host:port addresses used to discover the cluster.
-// Required.
-func SeedBrokers(addrs ...string) Opt {
-	return optFunc(func(c *config) { c.seeds = append(c.seeds, addrs...) })
-}
+// Required; New fails without them.
+func SeedBrokers(addrs ...string) Opt { return connOpt(kgoclient.SeedBrokers(addrs...)) }
 
 // Group sets the share group to join. Required. A share group starts
 // reading at the latest offset unless its share.auto.offset.reset group
@@ -146,26 +147,23 @@ func MaxWait(d time.Duration) Opt { return optFunc(func(c *config) { c.maxWait =
 func FetchMaxBytes(n int32) Opt { return optFunc(func(c *config) { c.maxBytes = n }) }
 
 // DialTLSConfig turns TLS on for every connection (kgo.DialTLSConfig).
-func DialTLSConfig(cfg *tls.Config) Opt {
-	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, kgo.DialTLSConfig(cfg)) })
-}
+// A handshake failure is retried in the background like any connection
+// error; Poll reports what the consumer cannot fix by itself.
+func DialTLSConfig(cfg *tls.Config) Opt { return connOpt(kgoclient.DialTLSConfig(cfg)) }
 
 // SASL authenticates every connection with the first mechanism the broker
-// supports (kgo.SASL).
-func SASL(mechanisms ...sasl.Mechanism) Opt {
-	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, kgo.SASL(mechanisms...)) })
-}
+// supports (kgo.SASL). A failed authentication is retried in the
+// background like any connection error.
+func SASL(mechanisms ...sasl.Mechanism) Opt { return connOpt(kgoclient.SASL(mechanisms...)) }
 
 // KgoOpts passes transport options (dialer, client id, request timeouts,
 // version pins, ConnIdleTimeout, ...) to the underlying kgo.Client. kgo's
 // consumer and group options have no effect: the Consumer does its own
 // consuming. The Consumer raises kgo's ConnIdleTimeout to 10 minutes,
 // because closing a share session's connection releases its records; a
-// ConnIdleTimeout given here wins.
-func KgoOpts(opts ...kgo.Opt) Opt {
-	return optFunc(func(c *config) { c.kgoOpts = append(c.kgoOpts, opts...) })
-}
+// ConnIdleTimeout given here wins. New fails if kgo refuses an option.
+func KgoOpts(opts ...kgo.Opt) Opt { return connOpt(kgoclient.KgoOpts(opts...)) }
 
 // Logger sets the structured logger (default: discard). kgo's own log lines
-// go to it too.
-func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+// go to it too. A nil logger makes New fail.
+func Logger(l *slog.Logger) Opt { return connOpt(kgoclient.Logger(l)) }

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -497,7 +498,7 @@ func (s *session) doFetch(st step) {
 	case st.gen != s.gen:
 		jobErr = fmt.Errorf("share session with node %d was reset: %w", s.node, ErrLockExpired)
 	case fr.ErrorCode != 0:
-		jobErr = fmt.Errorf("ShareFetch to node %d: %w%s", s.node, kerr.ErrorForCode(fr.ErrorCode), detail(fr.ErrorMessage))
+		jobErr = fmt.Errorf("ShareFetch to node %d: %w%s", s.node, kerr.ErrorForCode(fr.ErrorCode), kgoclient.Detail(fr.ErrorMessage))
 		failJobs = s.resetLocked(jobErr)
 		s.topLevelErrorLocked(fr.ErrorCode, jobErr, now)
 	default:
@@ -538,11 +539,4 @@ func failAll(jobs []*ackJob, err error) {
 	for _, j := range jobs {
 		j.failAll(err)
 	}
-}
-
-func detail(msg *string) string {
-	if msg == nil || *msg == "" {
-		return ""
-	}
-	return ": " + *msg
 }

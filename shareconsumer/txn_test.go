@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 	"github.com/kshare-go/kshare/txnclient"
@@ -86,9 +87,7 @@ func TestTransactionalCommit(t *testing.T) {
 	const inputs = 60
 	e := txnEnv(t, inputs)
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(7))
-	var acks ackRequests
-	stop := e.c.ObserveRequests(acks.observe(c.GroupMetadata().MemberID))
-	defer stop()
+	log := testkit.ObserveRequests(t, e.c)
 	p := e.producer("ctp")
 
 	done := make(map[string]bool)
@@ -108,7 +107,7 @@ func TestTransactionalCommit(t *testing.T) {
 	}
 	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
 	expectNothing(e.ctx, t, c, 500*time.Millisecond)
-	require.Empty(t, acks.snapshot(), "the transactional consumer acknowledged on its own")
+	require.Empty(t, ownAcks(log, c.GroupMetadata().MemberID), "the transactional consumer acknowledged on its own")
 }
 
 // An aborted transaction's outputs stay invisible and its inputs come back
@@ -118,9 +117,7 @@ func TestTransactionalAbortRedeliversAtOnce(t *testing.T) {
 	const inputs = 12
 	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	var acks ackRequests
-	stop := e.c.ObserveRequests(acks.observe(c.GroupMetadata().MemberID))
-	defer stop()
+	log := testkit.ObserveRequests(t, e.c)
 	p := e.producer("ctp")
 
 	first := pollRecords(e.ctx, t, c, inputs)
@@ -146,7 +143,7 @@ func TestTransactionalAbortRedeliversAtOnce(t *testing.T) {
 	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
 	// The only acknowledgements the consumer sent itself release the
 	// aborted transaction's records.
-	for _, a := range acks.snapshot() {
+	for _, a := range ownAcks(log, c.GroupMetadata().MemberID) {
 		require.Contains(t, a, "[2]", "acknowledgement %s is not a RELEASE", a)
 	}
 }
@@ -265,12 +262,16 @@ func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
 	const inputs = 6
 	e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	other := e.consumer("g", "in")
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, inputs)
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
 	first, _ := c.LockDeadline(recs[0])
+	// The other member joins only now: joining earlier, it would fetch
+	// (and lock) some of the records ahead of its first Poll, and c would
+	// get them only when those locks ran out, too late to stage the
+	// first ones.
+	other := e.consumer("g", "in")
 
 	// Several lock durations pass; the other member polls all along.
 	expectNothing(e.ctx, t, other, 5*time.Second)

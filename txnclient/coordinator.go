@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/internal/kgoclient"
 )
 
 // CoordinatorType is a FindCoordinator key type.
@@ -95,7 +97,7 @@ func (c *Coordinators) Refresh(ctx context.Context, typ CoordinatorType, key str
 		}
 	}
 	if err := kerr.ErrorForCode(code); err != nil {
-		return -1, fmt.Errorf("find %s coordinator for %q: %w%s", typ, key, err, detail(msg))
+		return -1, fmt.Errorf("find %s coordinator for %q: %w%s", typ, key, err, kgoclient.Detail(msg))
 	}
 	if node < 0 {
 		return -1, fmt.Errorf("find %s coordinator for %q: %w (no node)", typ, key, kerr.CoordinatorNotAvailable)
@@ -125,13 +127,6 @@ func (c *Coordinators) Cached(typ CoordinatorType, key string) (int32, bool) {
 	defer c.mu.Unlock()
 	node, ok := c.cache[coordKey{typ, key}]
 	return node, ok
-}
-
-func detail(msg *string) string {
-	if msg == nil || *msg == "" {
-		return ""
-	}
-	return ": " + *msg
 }
 
 // staleSuspect reports whether code is an answer that a coordinator which
@@ -190,7 +185,7 @@ func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall
 			return resp, nil
 		}
 		kerrErr := kerr.ErrorForCode(code)
-		wrapped := fmt.Errorf("%s at node %d: %w%s", call.op, node, kerrErr, detail(msg))
+		wrapped := fmt.Errorf("%s at node %d: %w%s", call.op, node, kerrErr, kgoclient.Detail(msg))
 		switch {
 		case code == kerr.NotCoordinator.Code || code == kerr.CoordinatorNotAvailable.Code:
 			c.Forget(call.typ, call.key, node)

@@ -102,8 +102,10 @@ type Manager struct {
 
 	opMu sync.Mutex // serializes the state-changing operations
 
-	stateA atomic.Int32 // mirror of state for lock-free reads
-	sent   atomic.Bool  // something of this transaction may have reached a broker
+	// stateA mirrors state and txnNum, packed (txnNum<<8 | state), so
+	// that TxnState reads both at once without blocking.
+	stateA atomic.Uint64
+	sent   atomic.Bool // something of this transaction may have reached a broker
 	ids    atomic.Pointer[producerIDEpoch]
 
 	mu       sync.Mutex
@@ -113,6 +115,7 @@ type Manager struct {
 	epoch    int16
 	tv2      bool
 	deadline time.Time
+	txnNum   uint64 // transactions begun so far
 	txn      txnScope
 	stats    Stats
 }
@@ -182,7 +185,20 @@ func (m *Manager) Coordinators() *Coordinators { return m.coords }
 func (m *Manager) Capabilities() *Capabilities { return m.caps }
 
 // State returns the current state without blocking.
-func (m *Manager) State() State { return State(m.stateA.Load()) }
+func (m *Manager) State() State {
+	st, _ := m.TxnState()
+	return st
+}
+
+// TxnState returns the current state and the number of the transaction it
+// concerns (Begin numbers transactions 1, 2, ...; 0 before the first),
+// read together without blocking. The produce path tags what it buffers
+// with the number, so that when a transaction fails it fails only what
+// that transaction buffered, never the records of the next one.
+func (m *Manager) TxnState() (State, uint64) {
+	v := m.stateA.Load()
+	return State(v & 0xff), v >> 8
+}
 
 // Err returns the error that put the Manager in AbortableError or
 // FatalError, or nil.
@@ -245,9 +261,10 @@ func (m *Manager) MarkSequenceGap() {
 // ended with EndTxn even if it failed.
 func (m *Manager) MarkSent() { m.sent.Store(true) }
 
+// setState moves to s. Called with mu held.
 func (m *Manager) setState(s State) {
 	m.state = s
-	m.stateA.Store(int32(s))
+	m.stateA.Store(m.txnNum<<8 | uint64(s))
 }
 
 // stateErr is the error a state-changing call gets in a state that does not
@@ -262,6 +279,17 @@ func (m *Manager) stateErr(op string) error {
 		return Usage(op, errors.New("no transaction in progress"))
 	}
 	return Usage(op, fmt.Errorf("not allowed while %s", m.state))
+}
+
+// openTxn returns the deadline of the transaction in progress and whether
+// it runs TV2, or, when none is in progress, the error op gets.
+func (m *Manager) openTxn(op string) (deadline time.Time, tv2 bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != StateInTransaction {
+		return time.Time{}, false, m.stateErr(op)
+	}
+	return m.deadline, m.tv2, nil
 }
 
 // Fail records that the current transaction cannot commit because of err
@@ -416,6 +444,7 @@ func (m *Manager) Begin() error {
 	m.txn = txnScope{}
 	m.sent.Store(false)
 	m.deadline = time.Now().Add(m.timeout)
+	m.txnNum++
 	m.setState(StateInTransaction)
 	return nil
 }

@@ -2,18 +2,18 @@ package txnclient
 
 import (
 	"context"
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -35,14 +35,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // Calls in the wrong state fail with ErrUsage, send nothing and change
 // nothing.
 func TestWrongStateIsUsageError(t *testing.T) {
-	c := newCluster(t)
-	log := observe(t, c)
+	c := testkit.Cluster(t)
+	log := testkit.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "usage")
 	ctx := testCtx(t)
 	require.ErrorIs(t, m.Begin(), ErrUsage, "begin before init")
 	require.ErrorIs(t, m.Commit(ctx, nil), ErrUsage)
 	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage)
-	require.Empty(t, log.of(kmsg.InitProducerID.Int16()))
+	require.Empty(t, log.Of(kmsg.InitProducerID.Int16()))
 	require.Equal(t, StateUninitialized, m.State())
 
 	require.NoError(t, m.InitProducerID(ctx))
@@ -64,8 +64,8 @@ func TestWrongStateIsUsageError(t *testing.T) {
 // A transaction that sent nothing ends without EndTxn; one that carries
 // anything ends with it, and on TV2 the epoch EndTxn returns is used.
 func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
-	c := newCluster(t)
-	log := observe(t, c)
+	c := testkit.Cluster(t)
+	log := testkit.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "empty")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx))
@@ -76,7 +76,7 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 	require.NoError(t, m.Commit(ctx, nil))
 	require.NoError(t, m.Begin())
 	require.NoError(t, m.Abort(ctx, nil))
-	require.Empty(t, log.of(kmsg.EndTxn.Int16()), "empty transactions end locally")
+	require.Empty(t, log.Of(kmsg.EndTxn.Int16()), "empty transactions end locally")
 	require.Equal(t, Stats{Committed: 1, Aborted: 1}, m.Stats())
 
 	// A produce request went out (and failed): the abort needs EndTxn,
@@ -85,9 +85,9 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 	require.NoError(t, m.Begin())
 	m.MarkSent()
 	require.NoError(t, m.Abort(ctx, nil))
-	ends := log.of(kmsg.EndTxn.Int16())
+	ends := log.Of(kmsg.EndTxn.Int16())
 	require.Len(t, ends, 1)
-	end := ends[0].req.(*kmsg.EndTxnRequest)
+	end := ends[0].Req.(*kmsg.EndTxnRequest)
 	require.False(t, end.Commit)
 	require.Equal(t, pid, end.ProducerID)
 	require.Equal(t, epoch, end.ProducerEpoch)
@@ -99,13 +99,13 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 // Re-initializing after an abortable error passes the current id and epoch
 // (recovery); a producer that was fenced meanwhile learns it as ErrFatal.
 func TestInitProducerIDRecovery(t *testing.T) {
-	c := newCluster(t)
-	log := observe(t, c)
+	c := testkit.Cluster(t)
+	log := testkit.ObserveRequests(t, c)
 	cl := newClient(t, c)
 	m := newManager(t, cl, "recovery")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx))
-	first := log.of(kmsg.InitProducerID.Int16())[0].req.(*kmsg.InitProducerIDRequest)
+	first := log.Of(kmsg.InitProducerID.Int16())[0].Req.(*kmsg.InitProducerIDRequest)
 	require.EqualValues(t, -1, first.ProducerID, "a new producer asks for a fresh id")
 	pid, epoch := m.ProducerID()
 
@@ -116,11 +116,11 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	require.Equal(t, StateAbortableError, m.State())
 	require.ErrorIs(t, m.Commit(ctx, nil), ErrAbortable, "an abortable transaction cannot commit")
 
-	log.reset()
+	log.Reset()
 	require.NoError(t, m.InitProducerID(ctx))
-	inits := log.of(kmsg.InitProducerID.Int16())
+	inits := log.Of(kmsg.InitProducerID.Int16())
 	require.Len(t, inits, 1)
-	req := inits[0].req.(*kmsg.InitProducerIDRequest)
+	req := inits[0].Req.(*kmsg.InitProducerIDRequest)
 	require.Equal(t, pid, req.ProducerID, "recovery passes the current id")
 	require.Equal(t, epoch, req.ProducerEpoch, "and epoch")
 	require.Equal(t, StateReady, m.State())
@@ -136,11 +136,40 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	require.Equal(t, StateFatalError, m.State())
 }
 
+// TxnState pairs the state with the number of the transaction it concerns:
+// Begin numbers transactions, and the end of one keeps its number until
+// the next Begin.
+func TestTxnStateNumbersTransactions(t *testing.T) {
+	c := testkit.Cluster(t)
+	m := newManager(t, newClient(t, c), "numbered")
+	ctx := testCtx(t)
+	st, n := m.TxnState()
+	require.Equal(t, StateUninitialized, st)
+	require.Zero(t, n)
+	require.NoError(t, m.InitProducerID(ctx))
+	for want := uint64(1); want <= 3; want++ {
+		require.NoError(t, m.Begin())
+		st, n = m.TxnState()
+		require.Equal(t, StateInTransaction, st)
+		require.Equal(t, want, n)
+		if want%2 == 0 {
+			m.MarkSent() // the abort goes to the coordinator
+			require.NoError(t, m.Abort(ctx, nil))
+		} else {
+			require.NoError(t, m.Commit(ctx, nil)) // nothing sent: ends locally
+		}
+		st, n = m.TxnState()
+		require.Equal(t, StateReady, st)
+		require.Equal(t, want, n, "the ended transaction keeps its number")
+		require.Equal(t, st, m.State())
+	}
+}
+
 // The first stale-suspect answer on behalf of the coordinator is retried;
 // a repeat with the coordinator unmoved is final; a moved coordinator means
 // another retry. Other codes are final at once.
 func TestConfirmAnswer(t *testing.T) {
-	c := newCluster(t, broker.Nodes(2))
+	c := testkit.Cluster(t, broker.Nodes(2))
 	m := newManager(t, newClient(t, c), "confirm")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx))
@@ -159,8 +188,8 @@ func TestConfirmAnswer(t *testing.T) {
 
 // FindCoordinator answers are cached until forgotten; Refresh asks again.
 func TestCoordinatorCache(t *testing.T) {
-	c := newCluster(t, broker.Nodes(3))
-	log := observe(t, c)
+	c := testkit.Cluster(t, broker.Nodes(3))
+	log := testkit.ObserveRequests(t, c)
 	co := NewCoordinators(newClient(t, c), nil)
 	ctx := testCtx(t)
 	node, err := co.Find(ctx, TransactionCoordinator, "cached")
@@ -171,7 +200,7 @@ func TestCoordinatorCache(t *testing.T) {
 	again, err := co.Find(ctx, TransactionCoordinator, "cached")
 	require.NoError(t, err)
 	require.Equal(t, node, again)
-	require.Len(t, log.of(kmsg.FindCoordinator.Int16()), 1, "the second Find is served from the cache")
+	require.Len(t, log.Of(kmsg.FindCoordinator.Int16()), 1, "the second Find is served from the cache")
 
 	co.Forget(TransactionCoordinator, "cached", node+1)
 	_, ok := co.Cached(TransactionCoordinator, "cached")
@@ -191,7 +220,7 @@ func TestCoordinatorCache(t *testing.T) {
 // share.version >= 3, or a message naming the broker and what it lacks.
 func TestCapabilities(t *testing.T) {
 	ctx := testCtx(t)
-	with := newCluster(t)
+	with := testkit.Cluster(t)
 	caps := NewCapabilities(newClient(t, with))
 	b, err := caps.Of(ctx, 0)
 	require.NoError(t, err)
@@ -199,7 +228,7 @@ func TestCapabilities(t *testing.T) {
 	require.Empty(t, b.ShareAcksMissing())
 	require.NoError(t, caps.RequireShareAcks(ctx, "op", []int32{0}))
 
-	without := newCluster(t, broker.ShareTxnAPIs(false))
+	without := testkit.Cluster(t, broker.ShareTxnAPIs(false))
 	caps = NewCapabilities(newClient(t, without))
 	err = caps.RequireShareAcks(ctx, "op", []int32{0})
 	require.ErrorIs(t, err, ErrShareAcksUnsupported)
@@ -224,10 +253,10 @@ func TestSendOffsets(t *testing.T) {
 			name = "TV1"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := newCluster(t)
+			c := testkit.Cluster(t)
 			const topic, group = "offsets", "offsets-group"
 			createTopic(t, c, topic, 1)
-			log := observe(t, c)
+			log := testkit.ObserveRequests(t, c)
 			ctx := testCtx(t)
 			consumer := newClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond))
 			var member string
@@ -262,11 +291,11 @@ func TestSendOffsets(t *testing.T) {
 				}
 			}
 			if tv1 {
-				require.Len(t, log.of(kmsg.AddOffsetsToTxn.Int16()), 2)
+				require.Len(t, log.Of(kmsg.AddOffsetsToTxn.Int16()), 2)
 			} else {
-				require.Empty(t, log.of(kmsg.AddOffsetsToTxn.Int16()), "TV2 sends no AddOffsetsToTxn")
+				require.Empty(t, log.Of(kmsg.AddOffsetsToTxn.Int16()), "TV2 sends no AddOffsetsToTxn")
 			}
-			require.Len(t, log.of(kmsg.EndTxn.Int16()), 2)
+			require.Len(t, log.Of(kmsg.EndTxn.Int16()), 2)
 			fetched, err := kadm.NewClient(newClient(t, c)).FetchOffsets(ctx, group)
 			require.NoError(t, err)
 			o, ok := fetched.Lookup(topic, 0)

@@ -20,6 +20,8 @@ type GroupMetadata struct {
 	GroupID    string
 	MemberID   string
 	Generation int32
+	// InstanceID is the member's group.instance.id (static membership),
+	// nil for a dynamic member.
 	InstanceID *string
 }
 
@@ -30,6 +32,7 @@ type clientAddPartitionsToTxn struct {
 	*kmsg.AddPartitionsToTxnRequest
 }
 
+// MaxVersion caps the version kgo negotiates at 3.
 func (clientAddPartitionsToTxn) MaxVersion() int16 { return 3 }
 
 // AddPartitions adds partitions to the transaction on TV1 brokers
@@ -138,14 +141,10 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 	}
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
-	m.mu.Lock()
-	if m.state != StateInTransaction {
-		err := m.stateErr(op)
-		m.mu.Unlock()
+	deadline, tv2, err := m.openTxn(op)
+	if err != nil {
 		return err
 	}
-	tv2, deadline := m.tv2, m.deadline
-	m.mu.Unlock()
 	if len(offsets) == 0 {
 		return nil
 	}
@@ -154,7 +153,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 	pid, epoch := m.ProducerID()
 
 	if !tv2 && !m.groupAdded(group.GroupID) {
-		_, err := m.coords.callCoordinator(ctx, coordinatorCall{
+		_, err = m.coords.callCoordinator(ctx, coordinatorCall{
 			op:  "AddOffsetsToTxn",
 			typ: TransactionCoordinator,
 			key: m.txnID,

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -43,19 +44,15 @@ type memberKey struct {
 // Only ACCEPT, RELEASE and REJECT can be staged.
 func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
 	const op = "send share acknowledgements to transaction"
-	if err := validateShareAcks(acks, meta); err != nil {
+	if err := ValidateShareAcks(acks, meta); err != nil {
 		return Usage(op, err)
 	}
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
-	m.mu.Lock()
-	if m.state != StateInTransaction {
-		err := m.stateErr(op)
-		m.mu.Unlock()
+	deadline, _, err := m.openTxn(op)
+	if err != nil {
 		return err
 	}
-	deadline := m.deadline
-	m.mu.Unlock()
 	if acks.Len() == 0 {
 		return nil
 	}
@@ -63,7 +60,7 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	defer cancel()
 
 	topics := topicsOf(acks)
-	_, err := Retry(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err = Retry(ctx, func(ctx context.Context) (struct{}, error) {
 		coord, err := m.coords.Find(ctx, TransactionCoordinator, m.txnID)
 		if err != nil {
 			return struct{}{}, retriableOrPermanent(err)
@@ -103,7 +100,13 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	return nil
 }
 
-func validateShareAcks(acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+// ValidateShareAcks reports why acks, the acknowledgements of records that
+// member meta holds, cannot be staged in a transaction: nil acks, metadata
+// without a group or member id, or an acknowledgement type other than
+// ACCEPT, RELEASE and REJECT. StageShareAcks checks this first; the
+// acknowledger checks it when a checkpoint is staged, long before its
+// transaction. The error is unclassified (callers wrap it with Usage).
+func ValidateShareAcks(acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
 	if acks == nil {
 		return errors.New("nil acknowledgements")
 	}
@@ -314,7 +317,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.Sh
 						continue
 					}
 					perr := fmt.Errorf("TxnShareAcknowledge for %s/%d at node %d: %w%s",
-						name, p.Partition, res.node, kerr.ErrorForCode(code), detail(msg))
+						name, p.Partition, res.node, kerr.ErrorForCode(code), kgoclient.Detail(msg))
 					switch {
 					case leaderRetryCodes[code]:
 						fresh, retryErr = true, perr

@@ -1,8 +1,9 @@
 package wire
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -19,6 +20,8 @@ const (
 	AckRenew   AckType = 4
 )
 
+// String names the type as KIP-932 does ("ACCEPT", ...), or AckType(n)
+// for a number KIP-932 does not define.
 func (t AckType) String() string {
 	switch t {
 	case AckGap:
@@ -44,6 +47,16 @@ func (t AckType) Transactional() bool {
 type TopicPartition struct {
 	Topic     string
 	Partition int32
+}
+
+// SortTopicPartitions sorts tps by topic name, then partition.
+func SortTopicPartitions(tps []TopicPartition) {
+	slices.SortFunc(tps, func(a, b TopicPartition) int {
+		if c := cmp.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Partition, b.Partition)
+	})
 }
 
 // ShareGroupMetadata identifies the share-group member whose acquired
@@ -129,12 +142,7 @@ func (a *ShareAcks) Partitions() []TopicPartition {
 	for tp := range a.parts {
 		out = append(out, tp)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
+	SortTopicPartitions(out)
 	return out
 }
 
@@ -190,7 +198,7 @@ func CoalesceAcks(recs []AckedRecord) []AcknowledgementBatch {
 	for o := range last {
 		offsets = append(offsets, o)
 	}
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
+	slices.Sort(offsets)
 	var out []AcknowledgementBatch
 	for _, o := range offsets {
 		t := last[o]

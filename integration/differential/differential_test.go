@@ -44,8 +44,13 @@ var scenarios = []scenario{
 	{"find_coordinator", scenarioFindCoordinator},
 	{"api_versions", scenarioApiVersions},
 	{"group_configs", scenarioGroupConfigs},
+	{"group_config_values", scenarioGroupConfigValues},
 	{"share_heartbeat", scenarioShareHeartbeat},
 	{"share_fetch", scenarioShareFetch},
+	{"share_reset_by_duration", scenarioShareResetByDuration},
+	{"share_isolation", scenarioShareIsolation},
+	{"share_record_locks", scenarioShareRecordLocks},
+	{"share_acknowledgements", scenarioShareAcknowledgements},
 }
 
 func TestMain(m *testing.M) {

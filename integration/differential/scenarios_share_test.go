@@ -100,7 +100,10 @@ func scenarioShareHeartbeat(ctx context.Context, tg *target, tr *transcript) {
 	hb("heartbeat at a future epoch", group, member, epoch+5, nil, epoch)
 	hb("rejoin at epoch 0 with the same member id", group, member, 0, []string{topic}, epoch)
 	other := newMemberID()
-	hb("second member joins", group, other, 0, []string{topic}, 0)
+	// Relative to the first member's epoch, which Kafka moves once more when
+	// it finishes initializing the assigned partitions, before or after
+	// assigning them.
+	hb("second member joins", group, other, 0, []string{topic}, epoch)
 	hb("unknown member at epoch 1", group, newMemberID(), 1, nil, 0)
 
 	describe := func(step string, groups ...string) {

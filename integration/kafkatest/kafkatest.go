@@ -33,12 +33,18 @@ func LookupBootstrap() ([]string, error) {
 		return nil, fmt.Errorf("no real Kafka: %s is %w (start one with integration/kafka/kafka.sh start)",
 			EnvBootstrap, ErrNotConfigured)
 	}
+	return parseSeeds(EnvBootstrap, raw)
+}
+
+// parseSeeds splits the comma-separated host:port list raw, read from the
+// variable env, and fails on an entry of another form.
+func parseSeeds(env, raw string) ([]string, error) {
 	var seeds []string
 	for _, s := range strings.Split(raw, ",") {
 		s = strings.TrimSpace(s)
 		i := strings.LastIndexByte(s, ':')
 		if i <= 0 || i == len(s)-1 {
-			return nil, fmt.Errorf("%s=%q: entry %q is not host:port", EnvBootstrap, raw, s)
+			return nil, fmt.Errorf("%s=%q: entry %q is not host:port", env, raw, s)
 		}
 		seeds = append(seeds, s)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
@@ -62,7 +63,7 @@ func newProducer(ctx context.Context, t *testing.T, seeds []string, txnID string
 // transaction, so that a read_committed reader knows when it has read all.
 func writeSentinels(ctx context.Context, t *testing.T, seeds []string, topic string, partitions int32, value string) {
 	t.Helper()
-	cl := newClient(t, seeds, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl := testkit.Client(t, seeds, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	for p := range partitions {
 		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte(value)}).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -78,7 +79,7 @@ func TestProducerCommitsAndAbortsOnRealKafka(t *testing.T) {
 	defer cancel()
 	const partitions = 3
 	topic := uniqueName(t, "kshare-producer")
-	createTopic(ctx, t, newClient(t, seeds), topic, partitions)
+	testkit.CreateTopic(ctx, t, testkit.Client(t, seeds), topic, partitions)
 	p := newProducer(ctx, t, seeds, uniqueName(t, "kshare-txn"))
 	if !p.Transactions().TV2() {
 		t.Fatal("Kafka 4.x finalizes transaction.version=2; the producer should run TV2")
@@ -108,7 +109,7 @@ func TestProducerCommitsAndAbortsOnRealKafka(t *testing.T) {
 	}
 	const sentinel = "\x00end"
 	writeSentinels(ctx, t, seeds, topic, partitions, sentinel)
-	reader := newClient(t, seeds, consumeFromStart(topic, partitions), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	reader := testkit.Client(t, seeds, consumeFromStart(topic, partitions), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	got := make(map[string]bool)
 	for _, vals := range readUntilSentinels(ctx, t, reader, partitions, sentinel) {
 		for _, v := range vals {
@@ -138,8 +139,8 @@ func TestProducerSendOffsetsOnRealKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	topic, group := uniqueName(t, "kshare-offsets"), uniqueName(t, "kshare-group")
-	createTopic(ctx, t, newClient(t, seeds), topic, 1)
-	consumer := newClient(t, seeds, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(200*time.Millisecond))
+	testkit.CreateTopic(ctx, t, testkit.Client(t, seeds), topic, 1)
+	consumer := testkit.Client(t, seeds, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(200*time.Millisecond))
 	var member string
 	var gen int32
 	for member == "" || gen <= 0 {
@@ -173,7 +174,7 @@ func TestProducerSendOffsetsOnRealKafka(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fetched, err := kadm.NewClient(newClient(t, seeds)).FetchOffsets(ctx, group)
+	fetched, err := kadm.NewClient(testkit.Client(t, seeds)).FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestShareAcksUnsupportedOnRealKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	topic := uniqueName(t, "kshare-noacks")
-	createTopic(ctx, t, newClient(t, seeds), topic, 1)
+	testkit.CreateTopic(ctx, t, testkit.Client(t, seeds), topic, 1)
 	hook := &writtenKeys{}
 	p := newProducer(ctx, t, seeds, uniqueName(t, "kshare-noacks-txn"), producer.KgoOpts(kgo.WithHooks(hook)))
 	if err := p.BeginTransaction(); err != nil {
@@ -228,7 +229,7 @@ func TestZombieFencedOnRealKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	topic, txnID := uniqueName(t, "kshare-zombie"), uniqueName(t, "kshare-zombie-txn")
-	createTopic(ctx, t, newClient(t, seeds), topic, 1)
+	testkit.CreateTopic(ctx, t, testkit.Client(t, seeds), topic, 1)
 	zombie := newProducer(ctx, t, seeds, txnID)
 	if err := zombie.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestZombieFencedOnRealKafka(t *testing.T) {
 	}
 	const sentinel = "\x00end"
 	writeSentinels(ctx, t, seeds, topic, 1, sentinel)
-	reader := newClient(t, seeds, consumeFromStart(topic, 1), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	reader := testkit.Client(t, seeds, consumeFromStart(topic, 1), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	got := readUntilSentinels(ctx, t, reader, 1, sentinel)[0]
 	if len(got) != 1 || got[0] != "successor" {
 		t.Fatalf("read_committed saw %q, want only the successor's record", got)

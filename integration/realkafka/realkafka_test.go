@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/testkit"
 )
 
 // testTimeout bounds every test of this package against the real broker.
@@ -34,37 +33,6 @@ func uniqueName(t testing.TB, prefix string) string {
 		t.Fatal(err)
 	}
 	return prefix + "-" + hex.EncodeToString(b)
-}
-
-func newClient(t testing.TB, seeds []string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-// createTopic creates topic with replication factor 1 through the controller.
-func createTopic(ctx context.Context, t testing.TB, cl *kgo.Client, topic string, partitions int32) {
-	t.Helper()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = 30_000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic = topic
-	rt.NumPartitions = partitions
-	rt.ReplicationFactor = 1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("CreateTopics %s: %v", topic, err)
-	}
-	for _, rt := range resp.Topics {
-		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
-			t.Fatalf("CreateTopics %s: %v", rt.Topic, err)
-		}
-	}
 }
 
 // readUntilSentinels consumes every partition of topic from the start until
@@ -111,10 +79,10 @@ func TestKgoProduceConsume(t *testing.T) {
 
 	const partitions = 2
 	topic := uniqueName(t, "kshare-realkafka-smoke")
-	admin := newClient(t, seeds)
-	createTopic(ctx, t, admin, topic, partitions)
+	admin := testkit.Client(t, seeds)
+	testkit.CreateTopic(ctx, t, admin, topic, partitions)
 
-	producer := newClient(t, seeds, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	producer := testkit.Client(t, seeds, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	want := make(map[int32][]string)
 	var records []*kgo.Record
 	for i := range 20 {
@@ -130,7 +98,7 @@ func TestKgoProduceConsume(t *testing.T) {
 		t.Fatalf("produce: %v", err)
 	}
 
-	consumer := newClient(t, seeds, consumeFromStart(topic, partitions))
+	consumer := testkit.Client(t, seeds, consumeFromStart(topic, partitions))
 	got := readUntilSentinels(ctx, t, consumer, partitions, "end")
 	for p := range int32(partitions) {
 		if !slices.Equal(got[p], want[p]) {
@@ -146,10 +114,10 @@ func TestKgoTransactionsCommitAndAbort(t *testing.T) {
 
 	const partitions = 2
 	topic := uniqueName(t, "kshare-realkafka-txn")
-	admin := newClient(t, seeds)
-	createTopic(ctx, t, admin, topic, partitions)
+	admin := testkit.Client(t, seeds)
+	testkit.CreateTopic(ctx, t, admin, topic, partitions)
 
-	txn := newClient(t, seeds,
+	txn := testkit.Client(t, seeds,
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.TransactionalID(topic),
@@ -181,7 +149,7 @@ func TestKgoTransactionsCommitAndAbort(t *testing.T) {
 
 	// A non-transactional sentinel after the last marker tells the reader
 	// that everything before it has been decided.
-	plain := newClient(t, seeds, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	plain := testkit.Client(t, seeds, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	var sentinels []*kgo.Record
 	for p := range int32(partitions) {
 		sentinels = append(sentinels, &kgo.Record{Partition: p, Value: []byte("end")})
@@ -190,7 +158,7 @@ func TestKgoTransactionsCommitAndAbort(t *testing.T) {
 		t.Fatalf("produce sentinels: %v", err)
 	}
 
-	committed := newClient(t, seeds, consumeFromStart(topic, partitions), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	committed := testkit.Client(t, seeds, consumeFromStart(topic, partitions), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	got := readUntilSentinels(ctx, t, committed, partitions, "end")
 	for p := range int32(partitions) {
 		if !slices.Equal(got[p], want[p]) {
@@ -198,7 +166,7 @@ func TestKgoTransactionsCommitAndAbort(t *testing.T) {
 		}
 	}
 
-	uncommitted := newClient(t, seeds, consumeFromStart(topic, partitions))
+	uncommitted := testkit.Client(t, seeds, consumeFromStart(topic, partitions))
 	all := readUntilSentinels(ctx, t, uncommitted, partitions, "end")
 	for p := range int32(partitions) {
 		if n := len(all[p]); n != 12 {

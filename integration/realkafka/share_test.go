@@ -8,48 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/shareconsumer"
 	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
-// setShareGroupConfigs sets group configs (share.auto.offset.reset, ...)
-// with IncrementalAlterConfigs on resource type GROUP.
-func setShareGroupConfigs(ctx context.Context, t testing.TB, cl *kgo.Client, group string, kvs ...string) {
-	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	res.ResourceName = group
-	for i := 0; i+1 < len(kvs); i += 2 {
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name = kvs[i]
-		c.Value = kmsg.StringPtr(kvs[i+1])
-		res.Configs = append(res.Configs, c)
-	}
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("IncrementalAlterConfigs of group %s: %v", group, err)
-	}
-	for _, r := range resp.Resources {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			t.Fatalf("IncrementalAlterConfigs of group %s: %v", group, err)
-		}
-	}
-}
-
 // produceValues writes count records with values "0".."count-1", spread
 // over the topic's partitions, and waits for them.
 func produceValues(ctx context.Context, t testing.TB, seeds []string, topic string, count int) {
 	t.Helper()
-	cl := newClient(t, seeds, kgo.DefaultProduceTopic(topic))
+	cl := testkit.Client(t, seeds, kgo.DefaultProduceTopic(topic))
 	var rs []*kgo.Record
 	for i := range count {
 		rs = append(rs, &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
@@ -65,9 +38,9 @@ func shareSetup(ctx context.Context, t *testing.T, seeds []string, partitions in
 	t.Helper()
 	topic = uniqueName(t, "kshare-share")
 	group = uniqueName(t, "kshare-share-group")
-	admin := newClient(t, seeds)
-	createTopic(ctx, t, admin, topic, partitions)
-	setShareGroupConfigs(ctx, t, admin, group, "share.auto.offset.reset", "earliest")
+	admin := testkit.Client(t, seeds)
+	testkit.CreateTopic(ctx, t, admin, topic, partitions)
+	testkit.SetGroupConfigs(ctx, t, admin, group, "share.auto.offset.reset", "earliest")
 	produceValues(ctx, t, seeds, topic, count)
 	return topic, group
 }
@@ -85,48 +58,6 @@ func newShareConsumer(t *testing.T, seeds []string, topic, group string, opts ..
 	return c
 }
 
-// pollValues polls until want distinct values arrived or ctx ends, and
-// returns how many times each value was delivered.
-func pollValues(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, want int, each func(*kgo.Record)) map[string]int {
-	t.Helper()
-	seen := make(map[string]int)
-	for len(seen) < want {
-		recs, err := c.Poll(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("got %d of %d values before the deadline", len(seen), want)
-		}
-		if err != nil {
-			t.Fatalf("poll: %v", err)
-		}
-		for _, r := range recs {
-			seen[string(r.Value)]++
-			if each != nil {
-				each(r)
-			}
-		}
-	}
-	return seen
-}
-
-// expectNothing polls for a while and fails if any record arrives.
-func expectNothing(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, d time.Duration) {
-	t.Helper()
-	pctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for {
-		recs, err := c.Poll(pctx)
-		if len(recs) > 0 {
-			t.Fatalf("%d records delivered again, first %s/%d@%d %q", len(recs), recs[0].Topic, recs[0].Partition, recs[0].Offset, recs[0].Value)
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return
-		}
-		if err != nil {
-			t.Fatalf("poll: %v", err)
-		}
-	}
-}
-
 func TestShareConsumerImplicitAcceptsOnNextPoll(t *testing.T) {
 	seeds := kafkatest.Bootstrap(t)
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
@@ -135,7 +66,7 @@ func TestShareConsumerImplicitAcceptsOnNextPoll(t *testing.T) {
 	topic, group := shareSetup(ctx, t, seeds, 2, count)
 
 	c := newShareConsumer(t, seeds, topic, group)
-	seen := pollValues(ctx, t, c, count, func(r *kgo.Record) {
+	seen := testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) {
 		if n, ok := c.DeliveryCount(r); !ok || n != 1 {
 			t.Errorf("record %q: delivery count %d, %v; want 1", r.Value, n, ok)
 		}
@@ -153,7 +84,7 @@ func TestShareConsumerImplicitAcceptsOnNextPoll(t *testing.T) {
 	// member of the group gets nothing.
 	c2 := newShareConsumer(t, seeds, topic, group)
 	defer c2.Close(context.Background())
-	expectNothing(ctx, t, c2, 8*time.Second)
+	testkit.ExpectNothing(ctx, t, c2, 8*time.Second)
 }
 
 func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
@@ -166,7 +97,7 @@ func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
 	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
 	defer c.Close(context.Background())
 	released := make(map[string]bool)
-	pollValues(ctx, t, c, count, func(r *kgo.Record) {
+	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) {
 		i, _ := strconv.Atoi(string(r.Value))
 		typ := wire.AckAccept
 		if i%4 == 1 {
@@ -185,7 +116,7 @@ func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
 	}
 
 	// Only the released records come back, delivered a second time.
-	again := pollValues(ctx, t, c, len(released), func(r *kgo.Record) {
+	again := testkit.PollValues(ctx, t, c, len(released), func(r *kgo.Record) {
 		if !released[string(r.Value)] {
 			t.Errorf("record %q delivered again but was not released", r.Value)
 		}
@@ -204,7 +135,7 @@ func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("commit async: %v", err)
 	}
-	expectNothing(ctx, t, c, 4*time.Second)
+	testkit.ExpectNothing(ctx, t, c, 4*time.Second)
 }
 
 func TestShareConsumerExplicitUnackedReleasedOnClose(t *testing.T) {
@@ -215,7 +146,7 @@ func TestShareConsumerExplicitUnackedReleasedOnClose(t *testing.T) {
 	topic, group := shareSetup(ctx, t, seeds, 1, count)
 
 	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
-	pollValues(ctx, t, c, count, nil)
+	testkit.PollValues(ctx, t, c, count, nil)
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -224,7 +155,7 @@ func TestShareConsumerExplicitUnackedReleasedOnClose(t *testing.T) {
 	// second delivery.
 	c2 := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
 	defer c2.Close(context.Background())
-	pollValues(ctx, t, c2, count, func(r *kgo.Record) {
+	testkit.PollValues(ctx, t, c2, count, func(r *kgo.Record) {
 		if n, _ := c2.DeliveryCount(r); n != 2 {
 			t.Errorf("record %q: delivery count %d, want 2", r.Value, n)
 		}
@@ -291,12 +222,12 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	defer cancel()
 	const count = 10
 	topic, group := shareSetup(ctx, t, seeds, 1, count)
-	admin := newClient(t, seeds)
-	setShareGroupConfigs(ctx, t, admin, group, "share.record.lock.duration.ms", "3000")
+	admin := testkit.Client(t, seeds)
+	testkit.SetGroupConfigs(ctx, t, admin, group, "share.record.lock.duration.ms", "3000")
 
 	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional))
 	var recs []*kgo.Record
-	pollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
+	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
 	acks := c.Acks(recs, wire.AckAccept)
 	if err := acks.Tracker.Stage(acks); err != nil {
 		t.Fatalf("stage: %v", err)
@@ -313,7 +244,7 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	// Another member sees nothing while the locks are renewed.
 	c2 := newShareConsumer(t, seeds, topic, group)
 	defer c2.Close(context.Background())
-	expectNothing(ctx, t, c2, 4*time.Second)
+	testkit.ExpectNothing(ctx, t, c2, 4*time.Second)
 	acks.Tracker.Resolve(acks, false)
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
@@ -332,7 +263,7 @@ func TestAcknowledgerReportsMissingKIP1289(t *testing.T) {
 
 	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional))
 	var recs []*kgo.Record
-	pollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
+	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
 	a, err := acknowledger.New(acknowledger.SeedBrokers(seeds...), acknowledger.TransactionalID(uniqueName(t, "kshare-ack")))
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +285,7 @@ func TestAcknowledgerReportsMissingKIP1289(t *testing.T) {
 	}
 	c2 := newShareConsumer(t, seeds, topic, group)
 	defer c2.Close(context.Background())
-	pollValues(ctx, t, c2, count, func(r *kgo.Record) {
+	testkit.PollValues(ctx, t, c2, count, func(r *kgo.Record) {
 		if n, _ := c2.DeliveryCount(r); n != 2 {
 			t.Errorf("record %q: delivery count %d, want 2", r.Value, n)
 		}

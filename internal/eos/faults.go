@@ -24,10 +24,10 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	add := func(times int, fire func()) { faults = append(faults, &fault{left: times, fire: fire}) }
 	max := cfg.Faults.MaxPerKind
 	if cfg.Faults.KillWorker {
-		add(max, func() { pool.slots[rand.IntN(len(pool.slots))].kill.Store(true) })
+		add(max, func() { pool.kill.Store(true) })
 	}
 	if cfg.Faults.SlowWorker {
-		add(max, func() { pool.slots[rand.IntN(len(pool.slots))].slow.Store(true) })
+		add(max, func() { pool.slow.Store(true) })
 	}
 	if cfg.Faults.Zombie {
 		add(max, func() {

@@ -26,6 +26,12 @@ type workerPool struct {
 	stats *runStats
 	slots []*slot
 
+	// Fault requests, each taken by the next transaction of any instance
+	// (a request left on one worker might never fire: the other workers
+	// may drain the input before that one runs another transaction).
+	kill atomic.Bool
+	slow atomic.Bool
+
 	wg sync.WaitGroup // every instance
 }
 
@@ -33,10 +39,6 @@ type slot struct {
 	index int
 	txnID string
 	gen   atomic.Int64 // instance generation that owns the slot
-
-	// Fault requests, taken by the owning instance.
-	kill atomic.Bool
-	slow atomic.Bool
 }
 
 func newWorkerPool(cfg Config, stats *runStats) *workerPool {
@@ -215,7 +217,7 @@ func (in *instance) transact(ctx context.Context, records []*kgo.Record) (commit
 		return false, fmt.Errorf("begin: %w", err)
 	}
 	for i, r := range records {
-		if i == len(records)/2 && in.slot.kill.CompareAndSwap(true, false) {
+		if i == len(records)/2 && in.pool.kill.CompareAndSwap(true, false) {
 			in.pool.stats.fault("worker_killed_mid_transaction")
 			in.log.Info("fault: killing worker in the middle of a transaction")
 			return false, errKilled
@@ -233,7 +235,7 @@ func (in *instance) transact(ctx context.Context, records []*kgo.Record) (commit
 		case <-time.After(hold):
 		}
 	}
-	if in.slot.slow.CompareAndSwap(true, false) {
+	if in.pool.slow.CompareAndSwap(true, false) {
 		in.pool.stats.fault("slow_worker_lock_expired")
 		in.log.Info("fault: slow worker waits past its locks")
 		select {

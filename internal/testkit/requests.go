@@ -1,0 +1,58 @@
+package testkit
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/broker"
+)
+
+// Observed is one request a node of the bundled cluster received.
+type Observed struct {
+	Node int32
+	Req  kmsg.Request
+}
+
+// RequestLog records every request the nodes of a bundled cluster receive,
+// from clients and from other nodes, in arrival order. It is safe for
+// concurrent use.
+type RequestLog struct {
+	mu   sync.Mutex
+	reqs []Observed
+}
+
+// ObserveRequests starts a RequestLog of c; the observation stops when the
+// test ends. The broker records a request before it handles it, so a
+// request whose answer the client has is in the log.
+func ObserveRequests(t testing.TB, c *broker.Cluster) *RequestLog {
+	l := &RequestLog{}
+	stop := c.ObserveRequests(func(node int32, req kmsg.Request) {
+		l.mu.Lock()
+		l.reqs = append(l.reqs, Observed{node, req})
+		l.mu.Unlock()
+	})
+	t.Cleanup(stop)
+	return l
+}
+
+// Of returns the recorded requests with API key key.
+func (l *RequestLog) Of(key int16) []Observed {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Observed
+	for _, o := range l.reqs {
+		if o.Req.Key() == key {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Reset forgets what was recorded so far.
+func (l *RequestLog) Reset() {
+	l.mu.Lock()
+	l.reqs = nil
+	l.mu.Unlock()
+}
