@@ -82,6 +82,31 @@ func TestCommitsAndAbortsInterleaved(t *testing.T) {
 	t.Logf("last committed per partition: %v", keys)
 }
 
+// A dispatcher that read the state of a failing transaction and looks at
+// the partitions only after the next transaction began must leave that
+// transaction's records alone, and fail only those of the failing one.
+func TestStaleFailedStateSparesTheNextTransaction(t *testing.T) {
+	c := newCluster(t)
+	const topic = "stale-state"
+	createTopic(t, c, topic, 1)
+	p := newProducer(t, c, "stale-state-txn", Linger(time.Hour))
+	ctx := testCtx(t)
+	require.NoError(t, p.BeginTransaction())
+	_, txn := p.Transactions().TxnState()
+	promised := make(chan error, 1)
+	p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte("v")}, func(_ *kgo.Record, err error) { promised <- err })
+
+	p.dispatchIn(txnclient.StateAborting, txn-1, map[int32]int{}, nil)
+	select {
+	case err := <-promised:
+		t.Fatalf("the record of transaction %d failed for transaction %d: %v", txn, txn-1, err)
+	default:
+	}
+	p.dispatchIn(txnclient.StateAborting, txn, map[int32]int{}, nil)
+	require.ErrorIs(t, <-promised, txnclient.ErrAbortable, "the failing transaction's own record fails")
+	require.NoError(t, p.AbortTransaction(ctx))
+}
+
 // While the leadership of the producer's __transaction_state partition
 // keeps moving between nodes, a stream of transactions sees no fatal error
 // and every committed transaction lands exactly once (a commit that fails

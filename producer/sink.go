@@ -12,7 +12,8 @@ import (
 	"github.com/kshare-go/kshare/txnclient"
 )
 
-// sendItem is one partition's batch in a produce request.
+// sendItem is a batch and its partition: one partition's part of a produce
+// request, or a batch to fail.
 type sendItem struct {
 	part *partition
 	b    *batch
@@ -62,11 +63,16 @@ func (p *Producer) dispatchLoop() {
 //
 // The state is read once, at the start, so it may be stale by the time a
 // partition is looked at: the failed transaction may have ended and the
-// next one buffered records. Only batches of transactions up to txnNum,
-// the one the state concerns, are failed.
+// next one buffered records. dispatchIn therefore fails only the batches
+// of transactions up to txnNum, the one the state concerns.
 func (p *Producer) dispatch(inflight map[int32]int, done chan<- int32) time.Time {
-	now := time.Now()
 	st, txnNum := p.txn.TxnState()
+	return p.dispatchIn(st, txnNum, inflight, done)
+}
+
+// dispatchIn is dispatch for a state st read together with txnNum.
+func (p *Producer) dispatchIn(st txnclient.State, txnNum uint64, inflight map[int32]int, done chan<- int32) time.Time {
+	now := time.Now()
 	var failErr error
 	switch st {
 	case txnclient.StateAbortableError, txnclient.StateFatalError:
@@ -83,77 +89,62 @@ func (p *Producer) dispatch(inflight map[int32]int, done chan<- int32) time.Time
 		}
 	}
 	reqs := make(map[int32][]sendItem)
-	var toFail []*batch
-	var toFailParts []*partition
+	var toFail []sendItem
 	needMeta := false
 
-	p.topicsMu.RLock()
-	for _, t := range p.topics {
-		t.mu.Lock()
-		parts := t.parts
-		t.mu.Unlock()
-		for _, part := range parts {
-			part.mu.Lock()
-			if len(part.batches) == 0 || part.inflight {
-				part.mu.Unlock()
-				continue
-			}
-			if failErr != nil {
-				n := 0
-				for n < len(part.batches) && part.batches[n].txn <= txnNum {
-					toFail = append(toFail, part.batches[n])
-					toFailParts = append(toFailParts, part)
-					n++
-				}
-				if n == len(part.batches) {
-					part.batches = nil
-					part.mu.Unlock()
-					continue
-				}
-				part.batches = part.batches[n:]
-			}
-			b := part.batches[0]
-			if !b.retryAt.IsZero() && now.Before(b.retryAt) {
-				soon(b.retryAt)
-				part.mu.Unlock()
-				continue
-			}
-			ready := b.closed || len(part.batches) > 1 || flushing || p.cfg.linger == 0 ||
-				!now.Before(b.created.Add(p.cfg.linger))
-			if !ready {
-				soon(b.created.Add(p.cfg.linger))
-				part.mu.Unlock()
-				continue
-			}
-			leader := part.leader.Load()
-			if leader < 0 {
-				needMeta = true
-				soon(now.Add(metadataRetry))
-				part.mu.Unlock()
-				continue
-			}
-			if _, started := reqs[leader]; !started && inflight[leader] >= p.cfg.maxInflight {
-				part.mu.Unlock()
-				continue
-			}
-			b.closed = true
-			if !b.hasSeq {
-				if part.seqPID != b.pid || part.seqEpoch != b.epoch {
-					part.seq, part.seqPID, part.seqEpoch = 0, b.pid, b.epoch
-				}
-				b.seq = part.seq
-				part.seq = nextSequence(part.seq, len(b.recs))
-				b.hasSeq = true
-			}
-			part.inflight = true
-			part.mu.Unlock()
-			reqs[leader] = append(reqs[leader], sendItem{part, b})
+	p.eachPartition(func(part *partition) {
+		part.mu.Lock()
+		defer part.mu.Unlock()
+		if len(part.batches) == 0 || part.inflight {
+			return
 		}
-	}
-	p.topicsMu.RUnlock()
+		if failErr != nil {
+			n := 0
+			for n < len(part.batches) && part.batches[n].txn <= txnNum {
+				toFail = append(toFail, sendItem{part, part.batches[n]})
+				n++
+			}
+			if n == len(part.batches) {
+				part.batches = nil
+				return
+			}
+			part.batches = part.batches[n:]
+		}
+		b := part.batches[0]
+		if !b.retryAt.IsZero() && now.Before(b.retryAt) {
+			soon(b.retryAt)
+			return
+		}
+		ready := b.closed || len(part.batches) > 1 || flushing || p.cfg.linger == 0 ||
+			!now.Before(b.created.Add(p.cfg.linger))
+		if !ready {
+			soon(b.created.Add(p.cfg.linger))
+			return
+		}
+		leader := part.leader.Load()
+		if leader < 0 {
+			needMeta = true
+			soon(now.Add(metadataRetry))
+			return
+		}
+		if _, started := reqs[leader]; !started && inflight[leader] >= p.cfg.maxInflight {
+			return
+		}
+		b.closed = true
+		if !b.hasSeq {
+			if part.seqPID != b.pid || part.seqEpoch != b.epoch {
+				part.seq, part.seqPID, part.seqEpoch = 0, b.pid, b.epoch
+			}
+			b.seq = part.seq
+			part.seq = nextSequence(part.seq, len(b.recs))
+			b.hasSeq = true
+		}
+		part.inflight = true
+		reqs[leader] = append(reqs[leader], sendItem{part, b})
+	})
 
-	for i, b := range toFail {
-		p.finishFailed(toFailParts[i], b, failErr, false)
+	for _, it := range toFail {
+		p.finishFailed(it.part, it.b, failErr, false)
 	}
 	if needMeta && p.refreshing.CompareAndSwap(false, true) {
 		p.sends.Add(1)
@@ -371,6 +362,20 @@ func (p *Producer) retire(part *partition, b *batch, inflight bool) {
 	p.release(n)
 }
 
+// eachPartition calls fn for every partition of every loaded topic.
+func (p *Producer) eachPartition(fn func(*partition)) {
+	p.topicsMu.RLock()
+	defer p.topicsMu.RUnlock()
+	for _, t := range p.topics {
+		t.mu.Lock()
+		parts := t.parts
+		t.mu.Unlock()
+		for _, part := range parts {
+			fn(part)
+		}
+	}
+}
+
 // release frees the buffer slots of n resolved records.
 func (p *Producer) release(n int) {
 	p.releaseSlots(n)
@@ -379,33 +384,22 @@ func (p *Producer) release(n int) {
 
 // failQueued fails every buffered batch that is not in flight with err.
 func (p *Producer) failQueued(err error) {
-	type failed struct {
-		part *partition
-		b    *batch
-	}
-	var all []failed
-	p.topicsMu.RLock()
-	for _, t := range p.topics {
-		t.mu.Lock()
-		parts := t.parts
-		t.mu.Unlock()
-		for _, part := range parts {
-			part.mu.Lock()
-			keep := 0
-			if part.inflight {
-				keep = 1
-			}
-			if len(part.batches) > keep {
-				for _, b := range part.batches[keep:] {
-					all = append(all, failed{part, b})
-				}
-				part.batches = part.batches[:keep]
-			}
-			part.mu.Unlock()
+	var all []sendItem
+	p.eachPartition(func(part *partition) {
+		part.mu.Lock()
+		defer part.mu.Unlock()
+		keep := 0
+		if part.inflight {
+			keep = 1
 		}
-	}
-	p.topicsMu.RUnlock()
-	for _, f := range all {
-		p.finishFailed(f.part, f.b, err, false)
+		if len(part.batches) > keep {
+			for _, b := range part.batches[keep:] {
+				all = append(all, sendItem{part, b})
+			}
+			part.batches = part.batches[:keep]
+		}
+	})
+	for _, it := range all {
+		p.finishFailed(it.part, it.b, err, false)
 	}
 }

@@ -290,7 +290,12 @@ func (c *Consumer) leave(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leave share group: %w", err)
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && resp.ErrorCode != kerr.UnknownMemberID.Code {
+	// A member or group that is already gone has nothing left to leave.
+	switch resp.ErrorCode {
+	case kerr.UnknownMemberID.Code, kerr.GroupIDNotFound.Code:
+		return nil
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		return fmt.Errorf("leave share group: %w%s", err, kgoclient.Detail(resp.ErrorMessage))
 	}
 	return nil

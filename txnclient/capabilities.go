@@ -24,10 +24,10 @@ const capabilitiesTTL = 30 * time.Second
 // BrokerCapabilities is what one broker said in ApiVersions: the highest
 // version of every API key it serves and its finalized feature levels.
 type BrokerCapabilities struct {
-	Node      int32
-	Addr      string // host:port, empty if metadata did not name it
-	MaxKey    map[int16]int16
-	Finalized map[string]int16
+	Node      int32            // the broker's node id
+	Addr      string           // host:port, empty if metadata did not name it
+	MaxKey    map[int16]int16  // API key -> highest version served
+	Finalized map[string]int16 // feature name -> finalized level
 	fetched   time.Time
 }
 

@@ -12,7 +12,7 @@ import (
 // TopicMeta is what metadata says about one topic.
 type TopicMeta struct {
 	Name    string
-	ID      [16]byte
+	ID      [16]byte        // the topic id, zero from brokers before Kafka 2.8
 	Leaders map[int32]int32 // partition -> leader node
 }
 

@@ -37,7 +37,7 @@ func (r *reader) skipTags() {
 
 func (r *reader) complete(what string, version int16) error {
 	if err := r.Complete(); err != nil {
-		return fmt.Errorf("%w: %s v%d: %v", ErrMalformed, what, version, err)
+		return fmt.Errorf("%w: %s v%d: %w", ErrMalformed, what, version, err)
 	}
 	return nil
 }

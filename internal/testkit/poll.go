@@ -14,6 +14,7 @@ import (
 // Poller is what the polling helpers need of a share consumer
 // (shareconsumer.Consumer).
 type Poller interface {
+	// Poll returns the next records, or an error (ctx's when it ends).
 	Poll(ctx context.Context) ([]*kgo.Record, error)
 }
 

@@ -11,8 +11,8 @@ import (
 
 // Observed is one request a node of the bundled cluster received.
 type Observed struct {
-	Node int32
-	Req  kmsg.Request
+	Node int32        // the node that received it
+	Req  kmsg.Request // the decoded request
 }
 
 // RequestLog records every request the nodes of a bundled cluster receive,
