@@ -70,12 +70,15 @@ func LookupJavaRunner() (string, error) {
 // is configured it skips the test, or fails it when the CI environment
 // variable is "true", because CI must start Kafka (integration/kafka/kafka.sh
 // start) and never skip these tests. A malformed value always fails the test.
+// The first call of a process warms the cluster up (WarmUp).
 func Bootstrap(t testing.TB) []string {
 	t.Helper()
 	seeds, err := LookupBootstrap()
 	if err != nil {
 		missing(t, err, "CI must start a real Kafka with integration/kafka/kafka.sh start and export "+EnvBootstrap)
+		return nil
 	}
+	warm(t, seeds)
 	return seeds
 }
 

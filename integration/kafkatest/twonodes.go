@@ -95,13 +95,16 @@ func kafkaScript() (string, error) {
 // Bootstrap2 returns the two-node cluster for a test. When none is
 // configured it skips the test, or fails it when the CI environment variable
 // is "true", because CI must start it (kafka.sh start --nodes 2) and never
-// skip these tests. A malformed value always fails the test.
+// skip these tests. A malformed value always fails the test. The first call
+// of a process warms the cluster up (WarmUp).
 func Bootstrap2(t testing.TB) *TwoNodes {
 	t.Helper()
 	c, err := LookupBootstrap2()
 	if err != nil {
 		missing(t, err, "CI must start a two-node real Kafka with integration/kafka/kafka.sh start --nodes 2 and export "+EnvBootstrap2)
+		return nil
 	}
+	warm(t, c.Seeds)
 	return c
 }
 
