@@ -24,9 +24,9 @@ var (
 
 // WarmUp makes a freshly started Kafka look like one that has served
 // clients, once per process and cluster: it has Kafka create
-// __consumer_offsets and __transaction_state (Kafka creates them on first
-// use, with the cluster's partition counts) and waits until their
-// coordinators have loaded. Without it, a test could create a topic of that
+// __consumer_offsets, __transaction_state and __share_group_state (Kafka
+// creates them on first use, with the cluster's partition counts) and waits
+// until their coordinators have loaded. Without it, a test could create a topic of that
 // name by hand before Kafka did (a broken group coordinator for the whole
 // run), or compare Kafka's start-up answers (UNKNOWN_TOPIC_OR_PARTITION,
 // NOT_COORDINATOR while loading) with steady ones. It gives up after two
@@ -62,6 +62,22 @@ func warmUp(seeds []string) error {
 		}
 		return kerr.ErrorForCode(resp.ErrorCode)
 	}}
+	// __share_group_state is created by the first share coordinator look-up.
+	asks = append(asks, func() error {
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.CoordinatorType = 2
+		req.CoordinatorKeys = []string{"kshare-warmup-share:AAAAAAAAAAAAAAAAAAAAAQ:0"}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		for _, c := range resp.Coordinators {
+			if err := kerr.ErrorForCode(c.ErrorCode); err != nil {
+				return err
+			}
+		}
+		return kerr.ErrorForCode(resp.ErrorCode)
+	})
 	for i := 0; i < warmUpGroups; i++ {
 		group := fmt.Sprintf("kshare-warmup-group-%d", i)
 		asks = append(asks, func() error {
