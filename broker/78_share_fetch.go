@@ -128,7 +128,7 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 		session:  s,
 		resp:     resp,
 		limits:   lim,
-		deadline: now.Add(time.Duration(req.MaxWaitMillis) * time.Millisecond),
+		deadline: now.Add(c.longPoll(req.MaxWaitMillis)),
 	})
 	return nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -215,21 +216,36 @@ func FuzzFrames(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add(bytes.Repeat([]byte{0xff}, 64))
 
-	c, err := NewCluster(Nodes(2))
-	if err != nil {
-		f.Fatal(err)
+	// A fresh cluster every few hundred inputs: fuzzed CreateTopics and
+	// auto-creating Metadata requests pile up topics, and a cluster that
+	// holds thousands of them answers every later input slowly.
+	const inputsPerCluster = 500
+	var (
+		c      *Cluster
+		cc     *clientConn
+		inputs int
+	)
+	reset := func(t testing.TB) {
+		if c != nil {
+			c.Close()
+		}
+		var err error
+		c, err = NewCluster(Nodes(2))
+		require.NoError(t, err)
+		require.NoError(t, c.do(func() {
+			c.cfg.maxFetchWait = 0
+			c.createTopic("fuzz", 2, nil, false)
+		}))
+		server, _ := net.Pipe()
+		cc = &clientConn{conn: server, node: c.nodes[0]}
 	}
-	defer c.Close()
-	require.NoError(f, c.do(func() {
-		c.cfg.maxFetchWait = 0
-		c.createTopic("fuzz", 2, nil, false)
-	}))
-	server, client := net.Pipe()
-	defer server.Close()
-	defer client.Close()
-	cc := &clientConn{conn: server, node: c.nodes[0]}
+	reset(f)
+	defer func() { c.Close() }()
 
 	f.Fuzz(func(t *testing.T, frame []byte) {
+		if inputs++; inputs%inputsPerCluster == 0 {
+			reset(t)
+		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -240,8 +256,14 @@ func FuzzFrames(f *testing.F) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("frame % x hung", frame)
 		}
-		var panics int
-		require.NoError(t, c.do(func() { panics = c.handlerPanics }))
-		require.Zero(t, panics, "a handler panicked; see the log")
+		panics := make(chan int, 1)
+		go func() { _ = c.do(func() { panics <- c.handlerPanics }) }()
+		select {
+		case n := <-panics:
+			require.Zero(t, n, "a handler panicked; see the log")
+		case <-time.After(10 * time.Second):
+			buf := make([]byte, 1<<20)
+			t.Fatalf("the run loop is stuck after frame % x:\n%s", frame, buf[:runtime.Stack(buf, true)])
+		}
 	})
 }
