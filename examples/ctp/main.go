@@ -24,16 +24,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"time"
 
-	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/eos"
 )
 
@@ -59,23 +56,18 @@ func run() (bool, error) {
 	maxDuration := flag.Duration("max-duration", 15*time.Minute, "stop and report after this long")
 	flag.Parse()
 
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return false, fmt.Errorf("-log-level: %w", err)
+	logger, err := eos.LoggerFromFlag(*logLevel)
+	if err != nil {
+		return false, err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	seeds := splitBrokers(*brokers)
-	if len(seeds) == 0 {
-		c, err := broker.NewCluster(broker.Nodes(3), broker.Logger(logger.With("component", "broker")))
-		if err != nil {
-			return false, err
-		}
-		defer c.Close()
-		seeds = c.Bootstrap()
+	seeds, closeCluster, err := eos.ClusterFromFlag(*brokers, logger)
+	if err != nil {
+		return false, err
 	}
+	defer closeCluster()
 	fmt.Fprintf(os.Stderr, "ctp: %d records, %d workers, transactions of up to %d, faults %v, brokers %s\n",
 		*records, *consumers, *txnSize, *faults, strings.Join(seeds, ","))
 
@@ -102,25 +94,8 @@ func run() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
-			return false, err
-		}
-		fmt.Println(sum.Verdict())
-	} else if err := sum.WriteTable(os.Stdout); err != nil {
+	if err := eos.WriteReport(os.Stdout, sum, *asJSON); err != nil {
 		return false, err
 	}
 	return sum.OK(), nil
-}
-
-func splitBrokers(s string) []string {
-	var out []string
-	for _, b := range strings.Split(s, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	return out
 }

@@ -3,10 +3,8 @@ package eos
 import (
 	"fmt"
 	"io"
-	"sort"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 )
 
@@ -44,46 +42,8 @@ func (s *committedSink) total() int64 {
 func (s *committedSink) check(inputs int, archived map[string]bool) Check {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	check := Check{Inputs: inputs, Outputs: int(s.n)}
-	seen := 0
-	missingFrom := -1
-	endRun := func(last int) {
-		if missingFrom >= 0 && len(check.MissingSample) < sampleSize {
-			r := ID(missingFrom)
-			if last > missingFrom {
-				r += ".." + ID(last)
-			}
-			check.MissingSample = append(check.MissingSample, r)
-		}
-		missingFrom = -1
-	}
-	for i := 0; i < inputs; i++ {
-		id := ID(i)
-		n, ok := s.counts[id]
-		if ok {
-			seen++
-		}
-		switch {
-		case n == 0 && archived[id]:
-			check.Archived++
-			endRun(i - 1)
-		case n == 0:
-			check.Missing++
-			if missingFrom < 0 {
-				missingFrom = i
-			}
-		default:
-			endRun(i - 1)
-			if n > 1 {
-				check.Duplicates += n - 1
-				if len(check.DuplicateSample) < sampleSize {
-					check.DuplicateSample = append(check.DuplicateSample, id)
-				}
-			}
-		}
-	}
-	endRun(inputs - 1)
-	check.Unknown = len(s.counts) - seen
+	check := checkCounts(s.counts, inputs, archived)
+	check.Outputs = int(s.n)
 	return check
 }
 
@@ -180,7 +140,6 @@ func (s CheckpointSummary) Verdict() string {
 // WriteTable prints the summary as an aligned two-column table, ending
 // with the verdict line.
 func (s CheckpointSummary) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rows := [][2]string{
 		{"inputs", fmt.Sprint(s.Inputs)},
 		{"committed outputs (sink)", fmt.Sprint(s.Outputs)},
@@ -201,26 +160,5 @@ func (s CheckpointSummary) WriteTable(w io.Writer) error {
 		{"checkpoint commit latency p50", fmt.Sprintf("%.1f ms", s.CommitP50Millis)},
 		{"checkpoint commit latency p99", fmt.Sprintf("%.1f ms", s.CommitP99Millis)},
 	}
-	names := make([]string, 0, len(s.Faults))
-	for name := range s.Faults {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		rows = append(rows, [2]string{"fault: " + name, fmt.Sprint(s.Faults[name])})
-	}
-	if len(s.MissingSample) > 0 {
-		rows = append(rows, [2]string{"missing (sample)", fmt.Sprint(s.MissingSample)})
-	}
-	if len(s.DuplicateSample) > 0 {
-		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(s.DuplicateSample)})
-	}
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintln(w, s.Verdict())
-	return err
+	return writeTable(w, rows, s.Faults, s.Check, s.Verdict())
 }

@@ -10,7 +10,6 @@ import (
 // WriteTable prints the summary as an aligned two-column table, ending with
 // the verdict line.
 func (s Summary) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rows := [][2]string{
 		{"inputs", fmt.Sprint(s.Inputs)},
 		{"outputs seen (read_committed)", fmt.Sprint(s.Outputs)},
@@ -28,26 +27,34 @@ func (s Summary) WriteTable(w io.Writer) error {
 		{"commit latency p50", fmt.Sprintf("%.1f ms", s.CommitP50Millis)},
 		{"commit latency p99", fmt.Sprintf("%.1f ms", s.CommitP99Millis)},
 	}
-	names := make([]string, 0, len(s.Faults))
-	for name := range s.Faults {
+	return writeTable(w, rows, s.Faults, s.Check, s.Verdict())
+}
+
+// writeTable prints rows, then a row per fault in name order and the
+// check's samples, as an aligned two-column table, and ends with the
+// verdict line. The error is the first failed write to w.
+func writeTable(w io.Writer, rows [][2]string, faults map[string]int64, check Check, verdict string) error {
+	names := make([]string, 0, len(faults))
+	for name := range faults {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		rows = append(rows, [2]string{"fault: " + name, fmt.Sprint(s.Faults[name])})
+		rows = append(rows, [2]string{"fault: " + name, fmt.Sprint(faults[name])})
 	}
-	if len(s.MissingSample) > 0 {
-		rows = append(rows, [2]string{"missing (sample)", fmt.Sprint(s.MissingSample)})
+	if len(check.MissingSample) > 0 {
+		rows = append(rows, [2]string{"missing (sample)", fmt.Sprint(check.MissingSample)})
 	}
-	if len(s.DuplicateSample) > 0 {
-		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(s.DuplicateSample)})
+	if len(check.DuplicateSample) > 0 {
+		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(check.DuplicateSample)})
 	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, s.Verdict())
+	_, err := fmt.Fprintln(w, verdict)
 	return err
 }

@@ -81,42 +81,59 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int
 	if readErr != nil {
 		return check, readErr
 	}
-	runStart := -1
-	flushRun := func(end int) {
-		if runStart >= 0 && len(check.MissingSample) < sampleSize {
-			r := ID(runStart)
-			if end > runStart {
-				r += ".." + ID(end)
+	outputs := check.Outputs
+	check = checkCounts(counts, inputs, archived)
+	check.Outputs = outputs
+	return check, nil
+}
+
+// checkCounts compares counts, how many times each output value was seen,
+// with the ids ID(0)..ID(inputs-1) and returns the Check without Outputs:
+// duplicates, missing ids (sampled as runs "a..b"), archived ids (a
+// missing id among archived) and unknown values. It does not modify
+// counts.
+func checkCounts(counts map[string]int, inputs int, archived map[string]bool) Check {
+	check := Check{Inputs: inputs}
+	seen := 0
+	missingFrom := -1
+	endRun := func(last int) {
+		if missingFrom >= 0 && len(check.MissingSample) < sampleSize {
+			r := ID(missingFrom)
+			if last > missingFrom {
+				r += ".." + ID(last)
 			}
 			check.MissingSample = append(check.MissingSample, r)
 		}
-		runStart = -1
+		missingFrom = -1
 	}
 	for i := 0; i < inputs; i++ {
 		id := ID(i)
-		if counts[id] != 0 {
-			flushRun(i - 1)
+		n, ok := counts[id]
+		if ok {
+			seen++
 		}
-		switch n := counts[id]; {
+		switch {
 		case n == 0 && archived[id]:
 			check.Archived++
-			flushRun(i - 1)
+			endRun(i - 1)
 		case n == 0:
 			check.Missing++
-			if runStart < 0 {
-				runStart = i
+			if missingFrom < 0 {
+				missingFrom = i
 			}
-		case n > 1:
-			check.Duplicates += n - 1
-			if len(check.DuplicateSample) < sampleSize {
-				check.DuplicateSample = append(check.DuplicateSample, id)
+		default:
+			endRun(i - 1)
+			if n > 1 {
+				check.Duplicates += n - 1
+				if len(check.DuplicateSample) < sampleSize {
+					check.DuplicateSample = append(check.DuplicateSample, id)
+				}
 			}
 		}
-		delete(counts, id)
 	}
-	flushRun(inputs - 1)
-	check.Unknown = len(counts)
-	return check, nil
+	endRun(inputs - 1)
+	check.Unknown = len(counts) - seen
+	return check
 }
 
 // readPartition fetches [0, end) of one partition at read_committed and
