@@ -20,5 +20,5 @@
 //
 // The package has no non-test code; run it with
 //
-//	KSHARE_KAFKA_BOOTSTRAP=127.0.0.1:39092 go test -race ./integration/differential/
+//	KSHARE_KAFKA_BOOTSTRAP=127.0.0.1:19092 go test -race ./integration/differential/
 package differential

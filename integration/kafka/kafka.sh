@@ -22,7 +22,7 @@
 #                                       the Java clients with the same one)
 #
 # Ports: node 1 serves clients on P and its controller on P+1; node 2 serves
-# clients on P+2. P defaults to 39092 with one node and to 29192 with two,
+# clients on P+2. P defaults to 19092 with one node and to 29192 with two,
 # so that both set-ups can run at once; --nodes only picks that default (a
 # cluster started with --port is addressed with the same --port). Each P has
 # its own folder $KSHARE_KAFKA_CACHE/run-P (node 2 in its node2/ subfolder).
@@ -44,12 +44,12 @@ script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_dir="${KSHARE_KAFKA_CACHE:-$HOME/.cache/kshare}"
 start_timeout="${KSHARE_KAFKA_START_TIMEOUT:-120}"
 heap_opts="${KSHARE_KAFKA_HEAP:--Xms256m -Xmx1g}"
-default_port=39092 # one node
-# Two nodes use other ports, so that both set-ups can run at once, and ports
-# below Linux's ephemeral range (32768-60999): node 2 starts while node 1
-# does, and an outgoing connection may otherwise be given, as its local
-# port, the port a node is about to listen on (seen once with 39192: node 1
-# failed to bind it while node 2 kept dialling node 1's controller).
+default_port=19092 # one node
+# Two nodes use other ports, so that both set-ups can run at once. Every
+# port sits below Linux's ephemeral range (32768-60999): a port inside it
+# may be held, as its local port, by any outgoing connection of the machine
+# (or one in TIME_WAIT), and Kafka then cannot bind it (seen with 39192 for
+# node 1 while node 2 dialled its controller, and with 39092 in CI).
 cluster_port=29192
 ready_line="Kafka Server started"
 

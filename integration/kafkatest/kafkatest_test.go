@@ -25,12 +25,12 @@ func (r *recorder) Fatal(args ...any)         { r.failed = fmt.Sprint(args...) }
 func (r *recorder) Fatalf(f string, a ...any) { r.failed = fmt.Sprintf(f, a...) }
 
 func TestLookupBootstrapParsesList(t *testing.T) {
-	t.Setenv(kafkatest.EnvBootstrap, " 127.0.0.1:39092, localhost:9092 ")
+	t.Setenv(kafkatest.EnvBootstrap, " 127.0.0.1:19092, localhost:9092 ")
 	seeds, err := kafkatest.LookupBootstrap()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"127.0.0.1:39092", "localhost:9092"}
+	want := []string{"127.0.0.1:19092", "localhost:9092"}
 	if !reflect.DeepEqual(seeds, want) {
 		t.Fatalf("seeds = %q, want %q", seeds, want)
 	}
