@@ -19,7 +19,6 @@ package broker
 import (
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -32,18 +31,12 @@ func handleOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	now := time.Now()
 	byID := req.Version >= 10
 
-	st, groupErr := g.shardFor(r.node.id, req.Group)
-	if groupErr == nil && req.Group == "" {
-		groupErr = kerr.InvalidGroupID
-	}
-	if groupErr == nil {
-		_, groupErr = st.groupForCommit(req.Group, offsetCommitter{
-			memberID:   req.MemberID,
-			instanceID: req.InstanceID,
-			generation: req.Generation,
-			version:    req.Version,
-		})
-	}
+	st, groupErr := g.commitShard(r.node.id, req.Group, offsetCommitter{
+		memberID:   req.MemberID,
+		instanceID: req.InstanceID,
+		generation: req.Generation,
+		version:    req.Version,
+	})
 	var writes []offsetWrite
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {

@@ -42,19 +42,13 @@ func handleTxnOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	now := time.Now()
 	byID := req.Version >= 6
 
-	st, groupErr := g.shardFor(r.node.id, req.Group)
-	if groupErr == nil && req.Group == "" {
-		groupErr = kerr.InvalidGroupID
-	}
-	if groupErr == nil {
-		_, groupErr = st.groupForCommit(req.Group, offsetCommitter{
-			memberID:      req.MemberID,
-			instanceID:    req.InstanceID,
-			generation:    req.Generation,
-			transactional: true,
-			version:       req.Version,
-		})
-	}
+	st, groupErr := g.commitShard(r.node.id, req.Group, offsetCommitter{
+		memberID:      req.MemberID,
+		instanceID:    req.InstanceID,
+		generation:    req.Generation,
+		transactional: true,
+		version:       req.Version,
+	})
 	var writes []offsetWrite
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {

@@ -28,6 +28,19 @@ type offsetCommitter struct {
 
 // groupForCommit applies Kafka's rules for who may commit to a group. It
 // returns the group, or nil without error when the group does not exist
+// commitShard resolves the shard of group on node and checks that who may
+// commit its offsets: the start of OffsetCommit and TxnOffsetCommit alike.
+func (g *groupCoordinator) commitShard(node int32, group string, who offsetCommitter) (*groupShard, *kerr.Error) {
+	st, err := g.shardFor(node, group)
+	if err == nil && group == "" {
+		err = kerr.InvalidGroupID
+	}
+	if err == nil {
+		_, err = st.groupForCommit(group, who)
+	}
+	return st, err
+}
+
 // and the commit may create it.
 func (st *groupShard) groupForCommit(group string, who offsetCommitter) (*classicGroup, *kerr.Error) {
 	grp := st.groups[group]
