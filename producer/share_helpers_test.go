@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,20 +132,38 @@ func produceInput(t *testing.T, c *broker.Cluster, topic string, partitions int3
 }
 
 // recordingTracker is a wire.Tracker that records its calls and can refuse
-// staging.
+// staging; onStage, if set, runs inside Stage. Read its fields only after
+// the calls that resolve it have returned.
 type recordingTracker struct {
 	stageErr error
+	onStage  func()
+
+	mu       sync.Mutex
 	staged   int
 	resolved []bool
 }
 
 func (r *recordingTracker) Stage(*wire.ShareAcks) error {
+	if r.onStage != nil {
+		r.onStage()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.staged++
 	return r.stageErr
 }
 
 func (r *recordingTracker) Resolve(_ *wire.ShareAcks, committed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.resolved = append(r.resolved, committed)
+}
+
+// resolutions returns the outcomes Resolve was called with so far.
+func (r *recordingTracker) resolutions() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.resolved...)
 }
 
 // sleepPast waits until d has passed, for lock expiry.

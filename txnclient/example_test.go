@@ -24,14 +24,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	if err := m.InitProducerID(ctx); err != nil {
+	if err := m.InitProducerID(ctx, nil); err != nil {
 		panic(err)
 	}
 	if err := m.Begin(); err != nil {
 		panic(err)
 	}
 	// m.StageShareAcks(ctx, acks, groupMetadata) here.
-	err = m.Commit(ctx, nil)
+	err = m.Commit(ctx, nil, nil)
 	var ke *kerr.Error
 	switch {
 	case err == nil:
