@@ -195,7 +195,7 @@ func TestCommitsWhileDataLeadersMove(t *testing.T) {
 // and again after pauses of minPause plus up to jitter, until the returned
 // stop is called (at the latest when the test ends). which names the
 // partition of the i-th move. moves counts the moves made.
-func keepMovingLeaders(t *testing.T, c *broker.Cluster, minPause, jitter time.Duration, which func(i int) (string, int32)) (moves *atomic.Int64, stop func()) {
+func keepMovingLeaders(t testing.TB, c *broker.Cluster, minPause, jitter time.Duration, which func(i int) (string, int32)) (moves *atomic.Int64, stop func()) {
 	nodes := int32(len(c.NodeIDs()))
 	moves = new(atomic.Int64)
 	done := make(chan struct{})
