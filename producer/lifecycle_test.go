@@ -38,7 +38,8 @@ func onClientRequests(t *testing.T, c *broker.Cluster, client string, fn func(no
 func clientID(id string) Opt { return KgoOpts(kgo.ClientID(id)) }
 
 // transactionState returns the coordinator's state of txnID
-// (DescribeTransactions), e.g. "Ongoing" or "CompleteAbort".
+// (DescribeTransactions), e.g. "Ongoing" or "CompleteAbort", or "" if the
+// coordinator does not know the id.
 func transactionState(t *testing.T, c *broker.Cluster, txnID string) string {
 	t.Helper()
 	req := kmsg.NewPtrDescribeTransactionsRequest()
@@ -46,7 +47,11 @@ func transactionState(t *testing.T, c *broker.Cluster, txnID string) string {
 	resp, err := req.RequestWith(testCtx(t), newClient(t, c))
 	require.NoError(t, err)
 	require.Len(t, resp.TransactionStates, 1)
-	require.NoError(t, kerr.ErrorForCode(resp.TransactionStates[0].ErrorCode))
+	if code := resp.TransactionStates[0].ErrorCode; code == kerr.TransactionalIDNotFound.Code {
+		return ""
+	} else {
+		require.NoError(t, kerr.ErrorForCode(code))
+	}
 	return resp.TransactionStates[0].State
 }
 

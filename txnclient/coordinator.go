@@ -146,7 +146,11 @@ type coordinatorCall struct {
 	op   string
 	typ  CoordinatorType
 	key  string
-	sent func() // called once the request was handed to the transport
+	sent func() // called before each attempt is handed to the transport
+	// lost is called when an attempt was handed to the transport and no
+	// answer came back (a broken connection, ctx ending): the request
+	// may or may not have been applied.
+	lost func()
 	// build returns the request; it is called for every attempt.
 	build func() kmsg.Request
 	// code extracts the error code that decides the outcome.
@@ -180,6 +184,9 @@ func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall
 		}
 		resp, err := c.cl.Broker(int(node)).Request(ctx, req)
 		if err != nil {
+			if call.lost != nil {
+				call.lost()
+			}
 			if isContextErr(err) || errors.Is(err, kgo.ErrClientClosed) {
 				return nil, permanent(err)
 			}

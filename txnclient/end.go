@@ -120,7 +120,7 @@ func (m *Manager) endCommit(ctx context.Context, op string, drain func(context.C
 		m.readyLocked()
 		return nil
 	}
-	if !m.txn.inDoubt { // the request never left
+	if !m.txn.inDoubt { // every attempt was answered: none was applied
 		m.mu.Unlock()
 		return m.commitFailed(ctx, op, err, drain)
 	}
@@ -351,15 +351,17 @@ func recoverableByReinit(code int16) bool {
 
 // endTxn sends EndTxn to the transaction coordinator with the stale-answer
 // defense and stores the id and epoch that EndTxn v5 returns. The error is
-// unclassified. Once a COMMIT has been handed to the transport, the
-// transaction is in doubt until a caller learns its outcome.
+// unclassified. Once an attempt of a COMMIT was handed to the transport
+// and its answer never came, the transaction is in doubt until a caller
+// learns its outcome (an answered attempt, even an error, was not applied;
+// a lost one may have been, whatever later attempts are answered).
 func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 	pid, epoch := m.ProducerID()
 	resp, err := m.coords.callCoordinator(ctx, coordinatorCall{
 		op:  "EndTxn",
 		typ: TransactionCoordinator,
 		key: m.txnID,
-		sent: func() {
+		lost: func() {
 			if commit {
 				m.mu.Lock()
 				m.txn.inDoubt = true

@@ -142,8 +142,8 @@ type txnScope struct {
 	staged        []stagedAcks              // share acks waiting for the outcome
 	needBump      bool                      // TV1: sequences uncertain, bump the epoch after abort
 	suspectFenced bool                      // a leader answered with an epoch error
-	// inDoubt: an EndTxn(COMMIT) was sent and no answer has told whether
-	// it was applied. Only a learned outcome clears it.
+	// inDoubt: an attempt of EndTxn(COMMIT) was sent and its answer was
+	// lost, so it may have been applied. Only a learned outcome clears it.
 	inDoubt bool
 	aborted bool // the coordinator already aborted it (the fencing probe)
 	// over: the transaction's outcome is settled and accounted for; only
