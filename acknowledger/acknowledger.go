@@ -81,6 +81,9 @@ func (a *Acknowledger) Producer() *producer.Producer { return a.p }
 // enter checks that the acknowledger is open and waits, within ctx, for
 // the transaction call in progress; the returned function ends this one.
 func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
+	if ctx == nil {
+		return nil, txnclient.Usage(op, errors.New("nil context"))
+	}
 	a.mu.Lock()
 	closed := a.closed
 	a.mu.Unlock()

@@ -317,3 +317,128 @@ func TestSendShareAcksRacingFatalFailure(t *testing.T) {
 	require.NoError(t, p.Close(ctx))
 	require.Equal(t, []bool{false}, tracker.resolutions())
 }
+
+// A commit whose first EndTxn answer was lost after the coordinator applied
+// it stays in doubt even when a later attempt gets a definite answer: here
+// a newer producer fences this one between the attempts, so the retry is
+// answered PRODUCER_FENCED. The error is fatal and in doubt, never a plain
+// "not committed": the transaction did commit.
+func TestInDoubtSurvivesALaterDefiniteAnswer(t *testing.T) {
+	c := newCluster(t)
+	const topic, txnID, client = "doubt-fenced", "doubt-fenced-txn", "doubt-fenced-producer"
+	createTopic(t, c, topic, 1)
+	p := newProducer(t, c, txnID, Linger(0), clientID(client))
+	ctx := testCtx(t)
+	successor, err := New(SeedBrokers(c.Bootstrap()...), TransactionalID(txnID))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = successor.Close(context.Background()) })
+
+	require.NoError(t, p.BeginTransaction())
+	produceValues(t, p, topic, "v1", "v2")
+	var attempts atomic.Int32
+	onClientRequests(t, c, client, func(_ int32, req kmsg.Request) broker.FaultAction {
+		if e, ok := req.(*kmsg.EndTxnRequest); !ok || !e.Commit {
+			return broker.FaultAction{}
+		}
+		switch attempts.Add(1) {
+		case 1:
+			return broker.FaultAction{Fault: broker.DropAnswer}
+		case 2:
+			if err := successor.InitTransactions(ctx); err != nil {
+				t.Errorf("successor: %v", err)
+			}
+		}
+		return broker.FaultAction{}
+	})
+	err = p.CommitTransaction(ctx)
+	require.ErrorIs(t, err, txnclient.ErrFatal)
+	require.ErrorIs(t, err, txnclient.ErrInDoubt, "the first attempt's answer was lost: %v", err)
+	require.ErrorIs(t, err, kerr.ProducerFenced)
+	require.GreaterOrEqual(t, attempts.Load(), int32(2))
+	require.Len(t, readCommitted(t, c, topic, 1), 2, "the transaction did commit")
+	require.Zero(t, p.Metrics().TransactionsCommitted+p.Metrics().TransactionsAborted, "the outcome is unknown to the producer")
+}
+
+// A tracker may call back into the producer when it learns an outcome
+// (Resolve runs once the producer's own lock is released): here it reads
+// the metrics and the state, after an abort and after a commit.
+func TestTrackerMayCallBackIntoTheProducer(t *testing.T) {
+	c := newCluster(t)
+	const in, out, group = "callback-in", "callback-out", "callbacks"
+	createTopic(t, c, in, 1)
+	createTopic(t, c, out, 1)
+	produceInput(t, c, in, 1, 8)
+	member := joinShareGroup(t, c, group, in)
+	p := newProducer(t, c, "callback-txn", Linger(0))
+	ctx := testCtx(t)
+	held := member.acquire(ctx, 0, 8)
+	var states []txnclient.State
+	tracker := &recordingTracker{onResolve: func(bool) {
+		_ = p.Metrics()
+		states = append(states, p.Transactions().State())
+	}}
+	for i, commit := range []bool{false, true} {
+		acks := &wire.ShareAcks{Tracker: tracker}
+		for o := int64(4 * i); o < int64(4*i+4); o++ {
+			require.Contains(t, held, o)
+			acks.Add(in, member.topicID, 0, wire.AckedRecord{Offset: o, Type: wire.AckAccept})
+		}
+		require.NoError(t, p.BeginTransaction())
+		produceValues(t, p, out, fmt.Sprint("out-", commit))
+		require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+		if commit {
+			require.NoError(t, p.CommitTransaction(ctx))
+		} else {
+			require.NoError(t, p.AbortTransaction(ctx))
+		}
+	}
+	require.Equal(t, []bool{false, true}, tracker.resolutions())
+	require.Len(t, states, 2, "the tracker read the state while resolving")
+	require.EqualValues(t, 1, p.Metrics().TransactionsCommitted)
+}
+
+// Misuse gets an error, never a panic or a hang: nil contexts, calls in
+// the wrong order, concurrent Close calls, calls after Close.
+func TestMisuseGetsErrors(t *testing.T) {
+	c := newCluster(t)
+	createTopic(t, c, "misuse", 1)
+	p := newProducer(t, c, "misuse-txn", Linger(0))
+	ctx := testCtx(t)
+	var nilCtx context.Context
+	require.ErrorIs(t, p.InitTransactions(nilCtx), txnclient.ErrUsage)
+	require.ErrorIs(t, p.AbortTransaction(ctx), txnclient.ErrUsage, "no transaction")
+	require.ErrorIs(t, p.CommitTransaction(ctx), txnclient.ErrUsage, "no transaction")
+	require.NoError(t, p.BeginTransaction())
+	require.ErrorIs(t, p.BeginTransaction(), txnclient.ErrUsage, "twice")
+	require.ErrorIs(t, p.CommitTransaction(nilCtx), txnclient.ErrUsage)
+	require.ErrorIs(t, p.SendShareAcksToTransaction(nilCtx, &wire.ShareAcks{}, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m"}), txnclient.ErrUsage)
+	require.ErrorIs(t, p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr(), txnclient.ErrUsage)
+	require.ErrorIs(t, p.Flush(nilCtx), txnclient.ErrUsage)
+	require.Equal(t, txnclient.StateInTransaction, p.Transactions().State(), "usage errors change nothing")
+	produceValues(t, p, "misuse", "kept")
+	require.NoError(t, p.CommitTransaction(ctx))
+
+	require.NoError(t, p.BeginTransaction())
+	produceValues(t, p, "misuse", "aborted-by-close")
+	var closers sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		closers.Add(1)
+		go func() {
+			defer closers.Done()
+			errs <- p.Close(nilCtx)
+		}()
+	}
+	closers.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, "the first Close aborted the transaction; the others waited for it")
+	}
+	require.Equal(t, txnclient.StateClosed, p.Transactions().State())
+	require.ErrorIs(t, p.InitTransactions(ctx), txnclient.ErrUsage)
+	var got []string
+	for _, r := range readCommitted(t, c, "misuse", 1) {
+		got = append(got, r.value)
+	}
+	require.Equal(t, []string{"kept"}, got)
+}

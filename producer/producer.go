@@ -274,6 +274,10 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		promise(r, txnclient.Usage(op, errors.New("nil record")))
 		return
 	}
+	if ctx == nil {
+		promise(r, txnclient.Usage(op, errors.New("nil context")))
+		return
+	}
 	if r.Topic == "" {
 		promise(r, txnclient.Usage(op, errors.New("record has no topic")))
 		return
@@ -449,6 +453,9 @@ func (p *Producer) doneRecords(n int64) {
 // until each has its answer or ctx ends. It does not end the transaction;
 // records that failed have already reported it to their promises.
 func (p *Producer) Flush(ctx context.Context) error {
+	if ctx == nil {
+		return txnclient.Usage("flush", errors.New("nil context"))
+	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
 	p.poke()
@@ -524,8 +531,16 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 // exactly once (as not committed unless the commit is known to have
 // committed), every goroutine of the producer has exited and the kgo
 // client is closed. Later calls fail with ErrUsage at once; calling Close
-// again waits for the first Close, within its own ctx, and returns nil.
+// again waits for the first Close, within its own ctx, and returns nil. A
+// nil ctx is taken as context.Background().
+//
+// Do not call Close (or any transaction call) from a promise or a
+// Tracker: promises run on the producer's goroutines, which Close waits
+// for.
 func (p *Producer) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if p.closing.Swap(true) {
 		select {
 		case <-p.closed:

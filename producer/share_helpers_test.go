@@ -132,11 +132,12 @@ func produceInput(t *testing.T, c *broker.Cluster, topic string, partitions int3
 }
 
 // recordingTracker is a wire.Tracker that records its calls and can refuse
-// staging; onStage, if set, runs inside Stage. Read its fields only after
+// staging; onStage and onResolve, if set, run inside Stage and Resolve. Read its fields only after
 // the calls that resolve it have returned.
 type recordingTracker struct {
-	stageErr error
-	onStage  func()
+	stageErr  error
+	onStage   func()
+	onResolve func(committed bool)
 
 	mu       sync.Mutex
 	staged   int
@@ -154,6 +155,9 @@ func (r *recordingTracker) Stage(*wire.ShareAcks) error {
 }
 
 func (r *recordingTracker) Resolve(_ *wire.ShareAcks, committed bool) {
+	if r.onResolve != nil {
+		r.onResolve(committed)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.resolved = append(r.resolved, committed)

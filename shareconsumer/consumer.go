@@ -178,6 +178,9 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 // (authorization, an unknown topic); the consumer keeps running after the
 // latter.
 func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
 	c.mu.Lock()
@@ -320,6 +323,9 @@ func (c *Consumer) queueErrLocked(err error) {
 // failed (*AckError) or the leave error; the consumer is closed either
 // way. Calling Close again returns nil.
 func (c *Consumer) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()

@@ -53,14 +53,14 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	case StateInTransaction:
 	case StateInDoubt:
 		m.setState(StateCommitting)
-		m.mu.Unlock()
+		m.unlock()
 		ctx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
 		return m.endCommit(ctx, op, drain)
 	default:
 		probe := m.state == StateAbortableError && m.probeWantedLocked()
 		err := m.stateErr(op)
-		m.mu.Unlock()
+		m.unlock()
 		if probe {
 			ctx, cancel := context.WithTimeout(ctx, m.timeout)
 			defer cancel()
@@ -70,7 +70,7 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	}
 	m.setState(StateCommitting)
 	deadline := m.deadline
-	m.mu.Unlock()
+	m.unlock()
 
 	ctx, cancel := withDeadline(ctx, deadline)
 	defer cancel()
@@ -83,11 +83,11 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	m.mu.Lock()
 	if m.state != StateCommitting { // a produce failed while flushing
 		err := m.err
-		m.mu.Unlock()
+		m.unlock()
 		return m.commitFailed(ctx, op, err, drain)
 	}
 	staged := len(m.txn.staged) > 0
-	m.mu.Unlock()
+	m.unlock()
 
 	if staged {
 		if err := m.sendStagedShareAcks(ctx); err != nil {
@@ -97,12 +97,12 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 
 	m.mu.Lock()
 	if !m.needsEndTxnLocked() {
-		defer m.mu.Unlock()
+		defer m.unlock()
 		m.settleLocked(true)
 		m.readyLocked()
 		return nil
 	}
-	m.mu.Unlock()
+	m.unlock()
 	if !deadline.IsZero() && time.Now().After(deadline) {
 		return m.commitFailed(ctx, op, errors.New("transaction timeout elapsed before EndTxn"), drain)
 	}
@@ -115,16 +115,16 @@ func (m *Manager) endCommit(ctx context.Context, op string, drain func(context.C
 	err := m.endTxn(ctx, true)
 	m.mu.Lock()
 	if err == nil {
-		defer m.mu.Unlock()
+		defer m.unlock()
 		m.settleLocked(true)
 		m.readyLocked()
 		return nil
 	}
 	if !m.txn.inDoubt { // every attempt was answered: none was applied
-		m.mu.Unlock()
+		m.unlock()
 		return m.commitFailed(ctx, op, err, drain)
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	var ke *kerr.Error
 	if errors.As(err, &ke) && ke.Code == kerr.InvalidTxnState.Code {
 		// Confirmed by the current coordinator: it holds no commit of
@@ -161,7 +161,7 @@ func (m *Manager) commitFailed(ctx context.Context, op string, err error, drain 
 	m.mu.Lock()
 	m.failLocked(cerr)
 	probe := m.state == StateAbortableError && m.probeWantedLocked()
-	m.mu.Unlock()
+	m.unlock()
 	if !probe {
 		return m.Err()
 	}
@@ -186,13 +186,13 @@ func (m *Manager) probeFenced(ctx context.Context, op string, drain func(context
 		if errors.As(perr, &ke) && ke.Code == kerr.ProducerFenced.Code {
 			m.mu.Lock()
 			m.toFatalLocked(Fatal(op, perr))
-			m.mu.Unlock()
+			m.unlock()
 		}
 		return m.Err()
 	}
 	m.mu.Lock()
 	m.txn.aborted = true
-	m.mu.Unlock()
+	m.unlock()
 	return m.Err()
 }
 
@@ -225,14 +225,14 @@ func (m *Manager) Abort(ctx context.Context, drain func(context.Context) error) 
 	switch m.state {
 	case StateInTransaction, StateAbortableError, StateInDoubt:
 	case StateReady:
-		m.mu.Unlock()
+		m.unlock()
 		return Usage(op, errors.New("no transaction in progress"))
 	default:
 		err := m.stateErr(op)
-		m.mu.Unlock()
+		m.unlock()
 		return err
 	}
-	m.mu.Unlock()
+	m.unlock()
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	return m.abortLocked(ctx, op, drain, false)
@@ -249,12 +249,12 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 	prev, prevErr := m.state, m.err
 	inDoubt, over := m.txn.inDoubt, m.txn.over
 	m.setState(StateAborting)
-	m.mu.Unlock()
+	m.unlock()
 
 	fail := func(err error) error {
 		cerr := Classify(op, err)
 		m.mu.Lock()
-		defer m.mu.Unlock()
+		defer m.unlock()
 		if m.txn.inDoubt {
 			cerr = InDoubt(op, err)
 		}
@@ -286,7 +286,7 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 		m.mu.Lock()
 		needEnd := (m.needsEndTxnLocked() && !m.txn.aborted) || inDoubt
 		reinit = reinit || (!m.tv2 && m.txn.needBump)
-		m.mu.Unlock()
+		m.unlock()
 		committed := false
 		if needEnd {
 			err := m.endTxn(ctx, false)
@@ -319,7 +319,7 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 		} else {
 			m.settleLocked(committed)
 		}
-		m.mu.Unlock()
+		m.unlock()
 	}
 	if reinit {
 		if err := m.initProducerIDLocked(ctx); err != nil {
@@ -331,7 +331,7 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 		}
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	m.readyLocked()
 	return outcome
 }
@@ -365,7 +365,7 @@ func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 			if commit {
 				m.mu.Lock()
 				m.txn.inDoubt = true
-				m.mu.Unlock()
+				m.unlock()
 			}
 		},
 		build: func() kmsg.Request {
@@ -382,7 +382,7 @@ func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 	}
 	r := resp.(*kmsg.EndTxnResponse)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.tv2 {
 		if r.Version < 5 {
 			return fmt.Errorf("EndTxn: transaction version 2 needs EndTxn v5, the broker answered v%d: %w", r.Version, kerr.UnsupportedVersion)

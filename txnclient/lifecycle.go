@@ -15,6 +15,9 @@ import (
 // operations fail with ErrUsage at once. If ctx ends first, the error is
 // ctx's, classified.
 func (m *Manager) enter(ctx context.Context, op string) (context.Context, func(), error) {
+	if ctx == nil {
+		return nil, nil, Usage(op, errNilContext)
+	}
 	select {
 	case m.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -24,7 +27,7 @@ func (m *Manager) enter(ctx context.Context, op string) (context.Context, func()
 	}
 	m.mu.Lock()
 	closing := m.closing
-	m.mu.Unlock()
+	m.unlock()
 	if closing {
 		<-m.sem
 		return nil, nil, errClosed(op)
@@ -73,7 +76,7 @@ func (m *Manager) InitProducerID(ctx context.Context, drain func(context.Context
 	defer cancel()
 	m.mu.Lock()
 	st := m.state
-	m.mu.Unlock()
+	m.unlock()
 	switch st {
 	case StateUninitialized, StateReady:
 	case StateAbortableError, StateInDoubt:
@@ -84,19 +87,19 @@ func (m *Manager) InitProducerID(ctx context.Context, drain func(context.Context
 		return nil
 	default:
 		m.mu.Lock()
-		defer m.mu.Unlock()
+		defer m.unlock()
 		return m.stateErr(op)
 	}
 	if err := m.initProducerIDLocked(ctx); err != nil {
 		m.mu.Lock()
-		defer m.mu.Unlock()
+		defer m.unlock()
 		if errors.Is(err, ErrFatal) {
 			m.toFatalLocked(err)
 		}
 		return err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	m.readyLocked()
 	return nil
 }
@@ -137,7 +140,7 @@ func (m *Manager) initProducerIDLocked(ctx context.Context) error {
 	m.mu.Lock()
 	m.setIDsLocked(r.ProducerID, r.ProducerEpoch)
 	m.tv2 = tv2
-	m.mu.Unlock()
+	m.unlock()
 	m.logger.Debug("producer id initialized", "producer_id", r.ProducerID, "epoch", r.ProducerEpoch, "tv2", tv2)
 	return nil
 }
@@ -160,16 +163,19 @@ func (m *Manager) initProducerIDLocked(ctx context.Context) error {
 // initializes. Either way every staged acknowledgement has been resolved
 // once when Close returns (as not committed unless the commit is known to
 // have committed), every later call fails with ErrUsage, and calling Close
-// again returns nil at once.
+// again returns nil at once. A nil ctx is taken as context.Background().
 func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) error {
 	const op = "close"
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	m.mu.Lock()
 	if m.closing {
-		m.mu.Unlock()
+		m.unlock()
 		return nil
 	}
 	m.closing = true
-	m.mu.Unlock()
+	m.unlock()
 	select {
 	case m.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -179,7 +185,7 @@ func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) 
 	defer func() { <-m.sem }()
 	m.mu.Lock()
 	st := m.state
-	m.mu.Unlock()
+	m.unlock()
 	var err error
 	switch st {
 	case StateInTransaction, StateAbortableError, StateInDoubt:
@@ -190,7 +196,7 @@ func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) 
 		}
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	m.resolveStagedLocked(false)
 	m.setState(StateClosed)
 	m.deadline = time.Time{}

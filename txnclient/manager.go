@@ -122,8 +122,12 @@ type Manager struct {
 	sent   atomic.Bool // something of this transaction may have reached a broker
 	ids    atomic.Pointer[producerIDEpoch]
 
-	mu       sync.Mutex
-	state    State
+	mu sync.Mutex
+	// resolutions are the Tracker.Resolve calls decided under mu; unlock
+	// makes them once mu is released, so that a tracker may call back
+	// into the Manager (or the producer) without deadlocking.
+	resolutions []func()
+	state       State
 	closing  bool  // Close has begun: no new operation starts
 	err      error // why the state is AbortableError, InDoubt or FatalError
 	pid      int64
@@ -226,7 +230,7 @@ func (m *Manager) TxnState() (State, uint64) {
 // or FatalError, or nil.
 func (m *Manager) Err() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.err
 }
 
@@ -249,7 +253,7 @@ func (m *Manager) setIDsLocked(id int64, epoch int16) {
 // 2, as detected at the last InitProducerID.
 func (m *Manager) TV2() bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.tv2
 }
 
@@ -257,14 +261,14 @@ func (m *Manager) TV2() bool {
 // the transaction timeout. It is zero outside a transaction.
 func (m *Manager) Deadline() time.Time {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.deadline
 }
 
 // Stats returns the counters.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.stats
 }
 
@@ -275,7 +279,7 @@ func (m *Manager) Stats() Stats {
 func (m *Manager) MarkSequenceGap() {
 	m.mu.Lock()
 	m.txn.needBump = true
-	m.mu.Unlock()
+	m.unlock()
 }
 
 // MarkSent records that a request of the current transaction (a produce
@@ -308,11 +312,15 @@ func (m *Manager) stateErr(op string) error {
 // errClosed is what every call gets once Close has begun.
 func errClosed(op string) error { return Usage(op, errors.New("producer is closed")) }
 
+// errNilContext is the cause of the ErrUsage error of a call given a nil
+// context.
+var errNilContext = errors.New("nil context")
+
 // openTxn returns the deadline of the transaction in progress and whether
 // it runs TV2, or, when none is in progress, the error op gets.
 func (m *Manager) openTxn(op string) (deadline time.Time, tv2 bool, err error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.state != StateInTransaction {
 		return time.Time{}, false, m.stateErr(op)
 	}
@@ -326,7 +334,7 @@ func (m *Manager) openTxn(op string) (deadline time.Time, tv2 bool, err error) {
 func (m *Manager) Fail(op string, err error) error {
 	cerr := Classify(op, err)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	m.failLocked(cerr)
 	return cerr
 }
@@ -341,7 +349,7 @@ func (m *Manager) Fail(op string, err error) error {
 func (m *Manager) FailTxn(txnNum uint64, op string, err error) error {
 	cerr := Classify(op, err)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if txnNum == m.txnNum || errors.Is(cerr, ErrFatal) {
 		m.failLocked(cerr)
 	}
@@ -400,7 +408,7 @@ func (m *Manager) Begin() error {
 	}
 	defer leave()
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.state != StateReady {
 		if m.state == StateInTransaction {
 			return Usage(op, errors.New("a transaction is already in progress"))
@@ -417,7 +425,8 @@ func (m *Manager) Begin() error {
 
 // resolveStagedLocked tells every staged acknowledgement's tracker how the
 // transaction ended, once, and forgets them: committed is true only when
-// the coordinator is known to have committed it.
+// the coordinator is known to have committed it. The trackers hear it when
+// mu is released (unlock).
 func (m *Manager) resolveStagedLocked(committed bool) {
 	staged := m.txn.staged
 	m.txn.staged = nil
@@ -425,9 +434,20 @@ func (m *Manager) resolveStagedLocked(committed bool) {
 		if committed {
 			m.stats.ShareAcksCommitted += int64(s.acks.Len())
 		}
-		if s.acks.Tracker != nil {
-			s.acks.Tracker.Resolve(s.acks, committed)
+		if t := s.acks.Tracker; t != nil {
+			acks := s.acks
+			m.resolutions = append(m.resolutions, func() { t.Resolve(acks, committed) })
 		}
+	}
+}
+
+// unlock releases mu and then makes the tracker calls decided under it.
+func (m *Manager) unlock() {
+	calls := m.resolutions
+	m.resolutions = nil
+	m.mu.Unlock()
+	for _, call := range calls {
+		call()
 	}
 }
 

@@ -45,12 +45,12 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 	const op = "add partitions to transaction"
 	m.mu.Lock()
 	if m.tv2 {
-		m.mu.Unlock()
+		m.unlock()
 		return nil
 	}
 	if m.state != StateInTransaction && m.state != StateCommitting {
 		err := m.stateErr(op)
-		m.mu.Unlock()
+		m.unlock()
 		return err
 	}
 	need := make(map[string][]int32)
@@ -62,7 +62,7 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 		}
 	}
 	deadline := m.deadline
-	m.mu.Unlock()
+	m.unlock()
 	if len(need) == 0 {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 		return m.Fail(op, err)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.txn.addedParts == nil {
 		m.txn.addedParts = make(map[string]map[int32]bool)
 	}
@@ -180,7 +180,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 			m.txn.offsetGroups = make(map[string]bool)
 		}
 		m.txn.offsetGroups[group.GroupID] = true
-		m.mu.Unlock()
+		m.unlock()
 	}
 
 	names := make([]string, 0, len(offsets))
@@ -205,7 +205,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 
 func (m *Manager) groupAdded(group string) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.txn.offsetGroups[group]
 }
 

@@ -113,14 +113,14 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	m.mu.Lock()
 	if m.state != StateInTransaction {
 		err := m.stateErr(op)
-		m.mu.Unlock()
+		m.unlock()
 		if acks.Tracker != nil {
 			acks.Tracker.Resolve(acks, false)
 		}
 		return err
 	}
 	m.txn.staged = append(m.txn.staged, stagedAcks{acks: acks, meta: meta})
-	m.mu.Unlock()
+	m.unlock()
 	return nil
 }
 
@@ -174,7 +174,7 @@ func dedupNodes(nodes []int32) []int32 {
 func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	m.mu.Lock()
 	staged := append([]stagedAcks(nil), m.txn.staged...)
-	m.mu.Unlock()
+	m.unlock()
 	pid, epoch := m.ProducerID()
 
 	groups := make(map[string]map[string]map[int32]bool)
