@@ -128,15 +128,15 @@ type Manager struct {
 	// into the Manager (or the producer) without deadlocking.
 	resolutions []func()
 	state       State
-	closing  bool  // Close has begun: no new operation starts
-	err      error // why the state is AbortableError, InDoubt or FatalError
-	pid      int64
-	epoch    int16
-	tv2      bool
-	deadline time.Time
-	txnNum   uint64 // transactions begun so far
-	txn      txnScope
-	stats    Stats
+	closing     bool  // Close has begun: no new operation starts
+	err         error // why the state is AbortableError, InDoubt or FatalError
+	pid         int64
+	epoch       int16
+	tv2         bool
+	deadline    time.Time
+	txnNum      uint64 // transactions begun so far
+	txn         txnScope
+	stats       Stats
 }
 
 // txnScope is what one transaction accumulated; Begin resets it.
