@@ -39,11 +39,13 @@ func (m *Manager) needsEndTxnLocked() bool {
 // path's drain, run before the EndTxn(ABORT) with which a commit that
 // failed on an epoch error finds out whether the producer was fenced.
 //
-// If Close gives up waiting for Commit, Commit's context ends: a commit
-// that had not sent EndTxn(COMMIT) fails without sending it.
+// If ctx has ended before Commit could start, the transaction is doomed
+// too (ErrAbortable). If Close gives up waiting for Commit, Commit's
+// context ends: a commit that had not sent EndTxn(COMMIT) fails without
+// sending it.
 func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context) error) error {
 	const op = "commit transaction"
-	ctx, leave, err := m.enter(ctx, op)
+	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
 		return err
 	}

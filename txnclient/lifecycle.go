@@ -41,10 +41,11 @@ func (m *Manager) enter(ctx context.Context, op string) (context.Context, func()
 	}, nil
 }
 
-// enterData is enter for an operation that adds to the transaction
-// (SendOffsets, StageShareAcks): if it cannot start, what it carries did
-// not join the transaction, which therefore must not commit.
-func (m *Manager) enterData(ctx context.Context, op string) (context.Context, func(), error) {
+// enterDooming is enter for an operation whose failure to start dooms the
+// transaction: SendOffsets and StageShareAcks (what they carry did not
+// join it, so it must not commit) and Commit (an abortable answer promises
+// that the transaction will not commit).
+func (m *Manager) enterDooming(ctx context.Context, op string) (context.Context, func(), error) {
 	opCtx, leave, err := m.enter(ctx, op)
 	if err != nil && !errors.Is(err, ErrUsage) {
 		return nil, nil, m.Fail(op, err)

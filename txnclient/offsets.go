@@ -142,7 +142,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 	if group.GroupID == "" {
 		return Usage(op, errors.New("empty group id"))
 	}
-	ctx, leave, err := m.enterData(ctx, op)
+	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	if err := ValidateShareAcks(acks, meta); err != nil {
 		return Usage(op, err)
 	}
-	ctx, leave, err := m.enterData(ctx, op)
+	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
 		return err
 	}
