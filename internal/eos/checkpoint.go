@@ -185,7 +185,12 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 		counts: func() (int64, int64) {
 			return stats.completed.Load(), stats.failedOnPurpose.Load() + stats.declined.Load()
 		},
-		idle: func() string { return fmt.Sprintf("%d readers waiting for records or checkpoints", len(tasks)) },
+		idle: func() string {
+			if stats.polled.Load() == 0 {
+				return fmt.Sprintf("no record delivered yet: %d readers are joining the share group or waiting for an assignment", len(tasks))
+			}
+			return fmt.Sprintf("%d readers waiting for records or checkpoints", len(tasks))
+		},
 	}
 	watchErr := w.watch(failCtx, start)
 	stop()

@@ -285,19 +285,23 @@ func (t *readerTask) snapshot(ctx context.Context, r SourceReader, m readerMsg) 
 		}
 	}
 	err := r.SnapshotState(ctx, m.id)
-	if err != nil {
+	stop := err != nil && (!errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal))
+	switch {
+	case err == nil:
+	case stop:
 		res.declined = err
-		if m.stall && res.stalled && errors.Is(err, txnclient.ErrAbortable) {
-			t.log.Info("fault "+faultSlowSnapshot+": the stalled reader declines the checkpoint, as expected", "checkpoint", m.id, "err", err)
-		} else {
-			t.log.Warn("the reader declines the checkpoint and no injected fault explains it", "checkpoint", m.id, "err", err)
-		}
+	case res.stalled:
+		res.declined = err
+		t.log.Info("fault "+faultSlowSnapshot+": the stalled reader declines the checkpoint, as expected", "checkpoint", m.id, "err", err)
+	default:
+		res.declined = err
+		t.log.Warn("the reader declines the checkpoint and no injected fault explains it", "checkpoint", m.id, "err", err)
 	}
 	select {
 	case t.results <- res:
 	case <-ctx.Done():
 	}
-	if err != nil && (!errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal)) {
+	if stop {
 		return fmt.Errorf("SnapshotState(%d): %w", m.id, err)
 	}
 	return nil
@@ -319,6 +323,7 @@ func (t *readerTask) resolve(ctx context.Context, r SourceReader, m readerMsg) e
 	for _, cp := range cps {
 		values = append(values, cp.values...)
 	}
+	stop := err != nil && (!errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal))
 	switch {
 	case m.kind == msgComplete && err == nil:
 		if len(values) > 0 {
@@ -335,17 +340,21 @@ func (t *readerTask) resolve(ctx context.Context, r SourceReader, m readerMsg) e
 		return nil
 	case m.kind == msgComplete:
 		t.stats.commitFailures.Add(1)
-		t.log.Warn("checkpoint commit failed; its output is dropped and its records come back", "checkpoint", m.id, "err", err)
+		if !stop {
+			t.log.Warn("checkpoint commit failed; its output is dropped and its records come back", "checkpoint", m.id, "err", err)
+		}
 	case err != nil:
 		t.stats.releaseFailures.Add(1)
-		t.log.Warn("releasing the records of a failed checkpoint failed; they come back when their locks run out", "checkpoint", m.id, "err", err)
+		if !stop {
+			t.log.Warn("releasing the records of a failed checkpoint failed; they come back when their locks run out", "checkpoint", m.id, "err", err)
+		}
 	}
 	why := ArchivedByFailure
 	if m.onPurpose {
 		why = ArchivedOnPurpose
 	}
 	t.forget(values, why)
-	if err != nil && (!errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal)) {
+	if stop {
 		if m.kind == msgComplete {
 			return fmt.Errorf("NotifyCheckpointComplete(%d): %w", m.id, err)
 		}
@@ -385,6 +394,7 @@ func (t *readerTask) forget(values []string, why Archive) {
 }
 
 func (t *readerTask) polled(records []*kgo.Record) {
+	t.stats.polled.Add(int64(len(records)))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.open += len(records)

@@ -18,8 +18,10 @@ type runStats struct {
 	// outputs and acked count the records output and acknowledged by
 	// what committed, as the pipeline counts them.
 	outputs, acked atomic.Int64
-	redelivered    atomic.Int64
-	faults         sync.Map // name -> *atomic.Int64
+	// polled counts the records the pipeline was delivered.
+	polled      atomic.Int64
+	redelivered atomic.Int64
+	faults      sync.Map // name -> *atomic.Int64
 	// archived maps the value of every input whose delivery at the
 	// group's limit ended without a commit to why (an Archive).
 	archived sync.Map

@@ -86,8 +86,10 @@ func TestVerdictForEveryOutcome(t *testing.T) {
 			verdict: VerdictFailed, exit: ExitFailed, reason: "3 duplicates",
 		},
 		{
-			name:    "missing",
-			counts:  func(in *Input) (map[string]int, int) { return outputsOf(in, func(i int) bool { return i == 3 || i == 4 }) },
+			name: "missing",
+			counts: func(in *Input) (map[string]int, int) {
+				return outputsOf(in, func(i int) bool { return i == 3 || i == 4 })
+			},
 			verdict: VerdictFailed, exit: ExitFailed, reason: "2 missing",
 		},
 		{

@@ -134,6 +134,7 @@ type instance struct {
 }
 
 func (in *instance) polled(records []*kgo.Record) {
+	in.pool.stats.polled.Add(int64(len(records)))
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for _, r := range records {
@@ -447,6 +448,9 @@ func (p *workerPool) idle() string {
 			in.mu.Unlock()
 		}
 		s.mu.Unlock()
+	}
+	if p.stats.polled.Load() == 0 {
+		return fmt.Sprintf("no record delivered yet: %d workers are joining the share group or waiting for an assignment", running)
 	}
 	return fmt.Sprintf("%d worker instances running, %d of them holding records", running, inTxn)
 }
