@@ -32,7 +32,7 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	}
 	if cfg.Faults.Zombie {
 		add(max, func() {
-			s := pool.slots[rand.IntN(len(pool.slots))]
+			s := pool.zombieTarget()
 			stats.fault(faultZombie)
 			cfg.Logger.Info("fault "+faultZombie+": starting a second instance with the same transactional id", "worker", s.index)
 			pool.start(ctx, s)

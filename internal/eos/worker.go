@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,7 +160,10 @@ func (in *instance) beforeCommit(ctx context.Context) error {
 	prod := in.prod
 	in.mu.Unlock()
 
-	if p.kill.CompareAndSwap(true, false) {
+	// Only an instance that owns its slot takes a fault: a superseded one
+	// is about to be fenced, which would hide the fault's effect.
+	owner := in.fault.Load() == nil && in.slot.gen.Load() == in.gen
+	if owner && p.kill.CompareAndSwap(true, false) {
 		// The transaction's output reaches the broker first, so that the
 		// killed worker leaves an open transaction behind.
 		if prod != nil {
@@ -181,7 +185,7 @@ func (in *instance) beforeCommit(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	if p.slow.CompareAndSwap(true, false) {
+	if owner && p.slow.CompareAndSwap(true, false) {
 		p.stats.fault(faultSlow)
 		stall := p.cfg.LockDuration + time.Second
 		in.log.Info("fault "+faultSlow+": the worker stalls past its locks before committing", "records", held, "stall", stall)
@@ -191,7 +195,9 @@ func (in *instance) beforeCommit(ctx context.Context) error {
 			in.stalled[r] = true
 		}
 		in.mu.Unlock()
+		in.slot.stalling.Add(1)
 		ok := sleep(ctx, stall)
+		in.slot.stalling.Add(-1)
 		p.stats.waits.done(w)
 		if !ok {
 			return ctx.Err()
@@ -333,9 +339,32 @@ type slot struct {
 	index int
 	txnID string
 	gen   atomic.Int64 // instance generation that owns the slot
+	// instances numbers the slot's instances, restarts included, for the
+	// logs.
+	instances atomic.Int64
+
+	// stalling counts the slot's instances stalled by a slow-worker
+	// fault right now; a zombie fault leaves such a slot alone, so that
+	// the two faults' effects stay apart.
+	stalling atomic.Int32
 
 	mu      sync.Mutex
 	running map[*instance]struct{}
+}
+
+// zombieTarget picks a random slot for a zombie fault, one that no slow
+// worker fault is stalling if there is one.
+func (p *workerPool) zombieTarget() *slot {
+	var free []*slot
+	for _, s := range p.slots {
+		if s.stalling.Load() == 0 {
+			free = append(free, s)
+		}
+	}
+	if len(free) == 0 {
+		free = p.slots
+	}
+	return free[rand.IntN(len(free))]
 }
 
 func newWorkerPool(cfg Config, loop WorkerFunc, stats *runStats, logs *faultHandler, fail func(error)) *workerPool {
@@ -410,7 +439,7 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 
 func (p *workerPool) newInstance(s *slot, gen int64) *instance {
 	in := &instance{pool: p, slot: s, gen: gen, pending: map[*kgo.Record]bool{}, stalled: map[*kgo.Record]bool{}}
-	in.log = slog.New(p.logs.component(&in.fault)).With("worker", s.index, "generation", gen)
+	in.log = slog.New(p.logs.component(&in.fault)).With("worker", s.index, "instance", s.instances.Add(1))
 	s.mu.Lock()
 	s.running[in] = struct{}{}
 	s.mu.Unlock()
