@@ -127,5 +127,5 @@ func TestInterruptIsIncomplete(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, eos.ExitIncomplete, exit.ExitCode())
 	require.Contains(t, stdout.String(), "exactly-once: INCOMPLETE (stopped by Ctrl-C (SIGINT) after ")
-	require.Contains(t, stdout.String(), "inputs acknowledged")
+	require.Contains(t, stdout.String(), "inputs processed")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -141,18 +140,7 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
 
-	runCtx, cancel := context.WithTimeoutCause(ctx, cfg.MaxDuration, fmt.Errorf("max duration %v", cfg.MaxDuration))
-	defer cancel()
-	failCtx, stop := context.WithCancel(runCtx)
-	defer stop()
-	var (
-		failOnce sync.Once
-		runErr   error
-	)
-	fail := func(err error) {
-		failOnce.Do(func() { runErr = err })
-		stop()
-	}
+	run := newRunScope(ctx, cfg.MaxDuration)
 	stats := &checkpointStats{}
 	sink := newCommittedSink(cfg.Records)
 	results := make(chan snapshotResult)
@@ -161,23 +149,14 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 		tasks[i] = newReaderTask(i, cfg, stats, sink, results)
 	}
 	coord := &checkpointCoordinator{cfg: cfg, readers: tasks, stats: stats, results: results}
-
-	var wg sync.WaitGroup
-	start := time.Now()
 	for _, t := range tasks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := t.run(failCtx, newReader); err != nil {
-				fail(fmt.Errorf("reader %d: %w", t.index, err))
+		run.spawn(func(ctx context.Context) {
+			if err := t.run(ctx, newReader); err != nil {
+				run.fail(fmt.Errorf("reader %d: %w", t.index, err))
 			}
-		}()
+		})
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		coord.run(failCtx)
-	}()
+	run.spawn(coord.run)
 	w := &watcher{
 		adm: adm, group: cfg.Group, in: in, stats: &stats.runStats, log: cfg.Logger, progress: cfg.Progress,
 		labels:  [3]string{"checkpoints", "completed", "failed"},
@@ -192,25 +171,17 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 			return fmt.Sprintf("%d readers waiting for records or checkpoints", len(tasks))
 		},
 	}
-	watchErr := w.watch(failCtx, start)
-	stop()
-	wg.Wait()
-	elapsed := time.Since(start)
-	if runErr != nil {
-		return CheckpointSummary{}, runErr
+	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))
+	if err != nil {
+		return CheckpointSummary{}, err
 	}
-	stoppedBy := ""
-	if watchErr != nil {
-		stoppedBy = context.Cause(runCtx).Error()
-	}
-	check, err := finalCheck(ctx, adm, cfg.Group, cfg.Input, func(_ context.Context, start map[int32]int64) (Check, error) {
-		return sink.check(in, start, stats.archivedValues()), nil
+	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
+		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(_ context.Context, start map[int32]int64) (Check, error) {
+			return sink.check(in, start, stats.archivedValues()), nil
+		})
 	})
 	if err != nil {
 		return CheckpointSummary{}, err
 	}
-	if check.Unacknowledged == 0 {
-		stoppedBy = ""
-	}
-	return stats.summary(cfg, NewResult(check, stoppedBy, elapsed)), nil
+	return stats.summary(cfg, result), nil
 }

@@ -394,28 +394,19 @@ func (t *readerTask) forget(values []string, why Archive) {
 }
 
 func (t *readerTask) polled(records []*kgo.Record) {
-	t.stats.polled.Add(int64(len(records)))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.open += len(records)
-	for _, rec := range records {
-		var n int16
-		ok := false
-		if t.cons != nil {
-			n, ok = t.cons.DeliveryCount(rec)
-		}
-		if ok && n > 1 {
-			t.stats.redelivered.Add(1)
-		}
-		v := string(rec.Value)
-		if ok && int(n) >= t.cfg.DeliveryLimit {
+	for i, atLimit := range deliveries(t.cons, records, &t.stats.runStats, t.cfg.DeliveryLimit) {
+		v := string(records[i].Value)
+		if atLimit {
 			t.atLimit[v] = true
 		}
 		if owner, staged := t.stats.staged.Load(v); staged {
 			// Its lock should have been renewed until its checkpoint
 			// ended. The first few are logged; the summary counts all.
 			if t.stats.stagedRedelivered.Add(1) <= loggedStagedRedeliveries {
-				t.log.Warn("a staged record was delivered again", "value", v, "staged_by", owner, "delivery", n)
+				t.log.Warn("a staged record was delivered again", "value", v, "staged_by", owner)
 			}
 		}
 	}

@@ -104,7 +104,7 @@ func TestMainReportsVerdictsWithTheirExitCodes(t *testing.T) {
 		code, stdout, stderr := runMain(cmd, "-brokers", "127.0.0.1:1")
 		require.Equal(t, tc.code, code)
 		require.True(t, strings.HasSuffix(stdout, tc.sum.Line()+"\n"), stdout)
-		require.Contains(t, stdout, "inputs acknowledged")
+		require.Contains(t, stdout, "inputs processed")
 		require.Contains(t, stderr, "fake: 100000 records, brokers 127.0.0.1:1")
 
 		code, stdout, stderr = runMain(cmd, "-brokers", "127.0.0.1:1", "-json")

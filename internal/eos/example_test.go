@@ -19,7 +19,7 @@ func ExampleNewResult() {
 		{check: eos.Check{Inputs: 100, Outputs: 100, Acknowledged: 100}},
 		{check: eos.Check{Inputs: 100, Outputs: 101, Acknowledged: 100, Duplicates: 1}},
 		{check: eos.Check{Inputs: 100, Acknowledged: 100, ArchivedByFailure: 100}},
-		{check: eos.Check{Inputs: 100, Outputs: 40, Acknowledged: 40, Unacknowledged: 60}, stoppedBy: "Ctrl-C (SIGINT)"},
+		{check: eos.Check{Inputs: 100, Outputs: 40, Processed: 40, Acknowledged: 30, Unacknowledged: 70}, stoppedBy: "Ctrl-C (SIGINT)"},
 	} {
 		r := eos.NewResult(c.check, c.stoppedBy, 2*time.Second)
 		fmt.Println(r.ExitCode(), r.Line())
@@ -28,5 +28,5 @@ func ExampleNewResult() {
 	// 0 exactly-once: OK
 	// 1 exactly-once: FAILED (1 duplicates)
 	// 1 exactly-once: FAILED (nothing was written, 100 archived at the delivery limit after failures)
-	// 3 exactly-once: INCOMPLETE (stopped by Ctrl-C (SIGINT) after 2.0s: 40 of 100 inputs acknowledged, none lost or duplicated so far)
+	// 3 exactly-once: INCOMPLETE (stopped by Ctrl-C (SIGINT) after 2.0s: 40 of 100 inputs processed, none lost or duplicated so far)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -211,33 +210,12 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
 
-	runCtx, cancel := context.WithTimeoutCause(ctx, cfg.MaxDuration, fmt.Errorf("max duration %v", cfg.MaxDuration))
-	defer cancel()
-	failCtx, stop := context.WithCancel(runCtx)
-	defer stop()
-	var (
-		failOnce sync.Once
-		runErr   error
-	)
-	fail := func(err error) {
-		failOnce.Do(func() { runErr = err })
-		stop()
-	}
+	run := newRunScope(ctx, cfg.MaxDuration)
 	stats := &runStats{}
-	pool := newWorkerPool(cfg, loop, stats, logs, fail)
-	start := time.Now()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pool.run(failCtx)
-	}()
+	pool := newWorkerPool(cfg, loop, stats, logs, run.fail)
+	run.spawn(pool.run)
 	if cfg.Faults.Any() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			injectFaults(failCtx, cfg, admin, pool)
-		}()
+		run.spawn(func(ctx context.Context) { injectFaults(ctx, cfg, admin, pool) })
 	}
 	w := &watcher{
 		adm: adm, group: cfg.Group, in: in, stats: stats, log: cfg.Logger, progress: cfg.Progress,
@@ -245,28 +223,20 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 		counts: func() (int64, int64) { return stats.committed.Load(), stats.aborted.Load() },
 		idle:   pool.idle,
 	}
-	watchErr := w.watch(failCtx, start)
-	stop()
-	wg.Wait()
-	elapsed := time.Since(start)
-	if runErr != nil {
-		return Summary{}, runErr
+	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))
+	if err != nil {
+		return Summary{}, err
 	}
-	stoppedBy := ""
-	if watchErr != nil {
-		stoppedBy = context.Cause(runCtx).Error()
-	}
-	check, err := finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
-		return ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, stats.archivedValues(), cfg.TxnTimeout+settleMargin)
+	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
+		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
+			return ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, stats.archivedValues(), cfg.TxnTimeout+settleMargin)
+		})
 	})
 	if err != nil {
 		return Summary{}, err
 	}
-	if check.Unacknowledged == 0 {
-		stoppedBy = ""
-	}
 	return Summary{
-		Result:          NewResult(check, stoppedBy, elapsed),
+		Result:          result,
 		TxnCommitted:    stats.committed.Load(),
 		TxnAborted:      stats.aborted.Load(),
 		Redelivered:     stats.redelivered.Load(),

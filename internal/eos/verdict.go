@@ -45,8 +45,8 @@ type Result struct {
 	StoppedBy      string        `json:"stopped_by,omitempty"`
 	Elapsed        time.Duration `json:"-"`
 	ElapsedSeconds float64       `json:"elapsed_seconds"`
-	// RecordsPerSec is the inputs acknowledged per second of the run:
-	// what it processed, not what it was given.
+	// RecordsPerSec is the inputs processed per second of the run: what
+	// it did, not what it was given.
 	RecordsPerSec float64 `json:"records_per_second"`
 	Verdict       string  `json:"verdict"`          // VerdictOK, VerdictFailed or VerdictIncomplete
 	Reason        string  `json:"reason,omitempty"` // the verdict's parenthesis
@@ -58,7 +58,7 @@ type Result struct {
 func NewResult(check Check, stoppedBy string, elapsed time.Duration) Result {
 	r := Result{Check: check, StoppedBy: stoppedBy, Elapsed: elapsed, ElapsedSeconds: elapsed.Seconds()}
 	if elapsed > 0 {
-		r.RecordsPerSec = float64(check.Acknowledged) / elapsed.Seconds()
+		r.RecordsPerSec = float64(check.Processed) / elapsed.Seconds()
 	}
 	r.Verdict, r.Reason = judge(check, stoppedBy, elapsed)
 	r.OK = r.Verdict == VerdictOK
@@ -94,8 +94,8 @@ func judge(c Check, stoppedBy string, elapsed time.Duration) (verdict, reason st
 	case len(failed) > 0:
 		return VerdictFailed, strings.Join(failed, ", ")
 	case c.Unacknowledged > 0:
-		return VerdictIncomplete, fmt.Sprintf("stopped by %s after %.1fs: %d of %d inputs acknowledged, none lost or duplicated so far",
-			stoppedBy, elapsed.Seconds(), c.Acknowledged, c.Inputs)
+		return VerdictIncomplete, fmt.Sprintf("stopped by %s after %.1fs: %d of %d inputs processed, none lost or duplicated so far",
+			stoppedBy, elapsed.Seconds(), c.Processed, c.Inputs)
 	}
 	var onPurpose []string
 	if c.Rejected > 0 {
@@ -133,7 +133,8 @@ func (r Result) rows(outputsName string) [][2]string {
 	rows := [][2]string{
 		{"inputs", fmt.Sprint(r.Inputs)},
 		{outputsName, fmt.Sprint(r.Outputs)},
-		{"inputs acknowledged", fmt.Sprint(r.Acknowledged)},
+		{"inputs processed (output or rejected)", fmt.Sprint(r.Processed)},
+		{"inputs acknowledged (below start offsets)", fmt.Sprint(r.Acknowledged)},
 		{"duplicates", fmt.Sprint(r.Duplicates)},
 		{"missing", fmt.Sprint(r.Missing)},
 		{"rejected on purpose", fmt.Sprint(r.Rejected)},
@@ -147,6 +148,6 @@ func (r Result) rows(outputsName string) [][2]string {
 	}
 	return append(rows,
 		[2]string{"elapsed", fmt.Sprintf("%.1fs", r.ElapsedSeconds)},
-		[2]string{"throughput", fmt.Sprintf("%.0f records acknowledged/s", r.RecordsPerSec)},
+		[2]string{"throughput", fmt.Sprintf("%.0f inputs processed/s", r.RecordsPerSec)},
 	)
 }

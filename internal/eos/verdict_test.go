@@ -129,7 +129,7 @@ func TestVerdictForEveryOutcome(t *testing.T) {
 			counts:    func(in *Input) (map[string]int, int) { return outputsOf(in, func(i int) bool { return i >= 15 }) },
 			start:     func(*Input) map[int32]int64 { return map[int32]int64{0: 5, 1: 5, 2: 5} },
 			stoppedBy: "max duration 3s",
-			verdict:   VerdictIncomplete, exit: ExitIncomplete, reason: "stopped by max duration 3s after 3.0s: 15 of 30 inputs acknowledged",
+			verdict:   VerdictIncomplete, exit: ExitIncomplete, reason: "stopped by max duration 3s after 3.0s: 15 of 30 inputs processed",
 		},
 		{
 			name: "incomplete with a duplicate",
@@ -179,13 +179,17 @@ func TestVerdictForEveryOutcome(t *testing.T) {
 
 func TestIncompleteThroughputCountsWhatWasProcessed(t *testing.T) {
 	in := testInput(300, 0)
-	counts, outputs := outputsOf(in, func(i int) bool { return i >= 30 })
+	// 60 inputs output and acknowledged, but the start offsets stay
+	// behind a record still locked: only 30 are below them.
+	counts, outputs := outputsOf(in, func(i int) bool { return i >= 60 })
 	r := NewResult(checkCounts(counts, outputs, in, map[int32]int64{0: 10, 1: 10, 2: 10}, nil), "Ctrl-C (SIGINT)", 2*time.Second)
 	require.Equal(t, VerdictIncomplete, r.Verdict)
 	require.Equal(t, 30, r.Acknowledged)
 	require.Equal(t, 270, r.Unacknowledged)
-	require.InDelta(t, 15, r.RecordsPerSec, 0.001, "30 inputs acknowledged in 2s, not 300")
+	require.Equal(t, 60, r.Processed)
+	require.InDelta(t, 30, r.RecordsPerSec, 0.001, "60 inputs processed in 2s, not 300")
 	require.Zero(t, r.Missing, "inputs not yet acknowledged are not missing")
+	require.Contains(t, r.Reason, "60 of 300 inputs processed")
 }
 
 func TestCheckSamplesMissingRunsAndDuplicates(t *testing.T) {

@@ -41,6 +41,11 @@ type Check struct {
 	Acknowledged int `json:"inputs_acknowledged"`
 	// Unacknowledged = Inputs - Acknowledged: inputs not yet final.
 	Unacknowledged int `json:"inputs_not_acknowledged"`
+	// Processed counts the inputs the pipeline has dealt with: output at
+	// least once, or poison and rejected. It can exceed Acknowledged in a
+	// run stopped early: a start offset stays behind a record still
+	// locked (by a killed worker, say) while later ones are acknowledged.
+	Processed int `json:"inputs_processed"`
 	Duplicates     int `json:"duplicates"` // extra copies of input ids
 	// Missing counts acknowledged inputs with no output that were neither
 	// rejected nor archived for a known reason: lost.
@@ -133,6 +138,9 @@ func checkCounts(counts map[string]int, outputs int, in *Input, start map[int32]
 			check.Acknowledged++
 		}
 		lost := false
+		if n > 0 && !in.Poison(i) || n == 0 && in.Poison(i) && acked {
+			check.Processed++
+		}
 		switch {
 		case in.Poison(i) && n > 0:
 			check.RejectedOutput += n

@@ -116,6 +116,9 @@ type instance struct {
 	slot *slot
 	gen  int64
 	log  *slog.Logger
+	// polledOnce is set once the loop has polled: it is past
+	// InitTransactions.
+	polledOnce atomic.Bool
 	// fault names the fault that killed or superseded the instance (nil:
 	// none); the logs of its clients are then expected.
 	fault atomic.Pointer[string]
@@ -135,19 +138,11 @@ type instance struct {
 }
 
 func (in *instance) polled(records []*kgo.Record) {
-	in.pool.stats.polled.Add(int64(len(records)))
+	in.polledOnce.Store(true)
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for _, r := range records {
-		var n int16
-		ok := false
-		if in.cons != nil {
-			n, ok = in.cons.DeliveryCount(r)
-		}
-		if ok && n > 1 {
-			in.pool.stats.redelivered.Add(1)
-		}
-		in.pending[r] = ok && int(n) >= in.pool.cfg.DeliveryLimit
+	for i, atLimit := range deliveries(in.cons, records, in.pool.stats, in.pool.cfg.DeliveryLimit) {
+		in.pending[records[i]] = atLimit
 	}
 }
 
@@ -352,19 +347,35 @@ type slot struct {
 	running map[*instance]struct{}
 }
 
-// zombieTarget picks a random slot for a zombie fault, one that no slow
-// worker fault is stalling if there is one.
+// zombieTarget picks a random slot for a zombie fault among those whose
+// instances all run past InitTransactions and are not stalled by a
+// slow-worker fault, or any slot if there is none. An instance that is
+// starting could otherwise finish InitTransactions after the zombie and
+// fence it, which is not the fault's point.
 func (p *workerPool) zombieTarget() *slot {
-	var free []*slot
+	var settled []*slot
 	for _, s := range p.slots {
-		if s.stalling.Load() == 0 {
-			free = append(free, s)
+		if s.stalling.Load() == 0 && s.settled() {
+			settled = append(settled, s)
 		}
 	}
-	if len(free) == 0 {
-		free = p.slots
+	if len(settled) == 0 {
+		settled = p.slots
 	}
-	return free[rand.IntN(len(free))]
+	return settled[rand.IntN(len(settled))]
+}
+
+// settled reports whether s runs instances and each has polled, and so is
+// past InitTransactions.
+func (s *slot) settled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for in := range s.running {
+		if !in.polledOnce.Load() {
+			return false
+		}
+	}
+	return len(s.running) > 0
 }
 
 func newWorkerPool(cfg Config, loop WorkerFunc, stats *runStats, logs *faultHandler, fail func(error)) *workerPool {
@@ -389,8 +400,10 @@ func (p *workerPool) run(ctx context.Context) {
 // fault killed it, for as long as it owns the slot. Instances of s that
 // run already are superseded: the new one fences them.
 func (p *workerPool) start(ctx context.Context, s *slot) {
-	gen := s.gen.Add(1)
+	// Under s.mu, so that no instance of an older generation starts
+	// after this one without being superseded (newInstance).
 	s.mu.Lock()
+	gen := s.gen.Add(1)
 	for old := range s.running {
 		// A killed instance stays killed.
 		name := faultZombie
@@ -401,8 +414,11 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 	go func() {
 		defer p.wg.Done()
 		bo := txnclient.NewBackoff(ctx)
-		for ctx.Err() == nil && s.gen.Load() == gen {
+		for ctx.Err() == nil {
 			in := p.newInstance(s, gen)
+			if in == nil {
+				return // superseded while it waited to start again
+			}
 			err := p.loop(ctx, in.worker())
 			held := in.finish()
 			s.mu.Lock()
@@ -437,12 +453,17 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 	}()
 }
 
+// newInstance returns a new instance of s for generation gen, or nil if a
+// newer generation owns s.
 func (p *workerPool) newInstance(s *slot, gen int64) *instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen.Load() != gen {
+		return nil
+	}
 	in := &instance{pool: p, slot: s, gen: gen, pending: map[*kgo.Record]bool{}, stalled: map[*kgo.Record]bool{}}
 	in.log = slog.New(p.logs.component(&in.fault)).With("worker", s.index, "instance", s.instances.Add(1))
-	s.mu.Lock()
 	s.running[in] = struct{}{}
-	s.mu.Unlock()
 	return in
 }
 
