@@ -45,8 +45,8 @@ type Check struct {
 	// least once, or poison and rejected. It can exceed Acknowledged in a
 	// run stopped early: a start offset stays behind a record still
 	// locked (by a killed worker, say) while later ones are acknowledged.
-	Processed int `json:"inputs_processed"`
-	Duplicates     int `json:"duplicates"` // extra copies of input ids
+	Processed  int `json:"inputs_processed"`
+	Duplicates int `json:"duplicates"` // extra copies of input ids
 	// Missing counts acknowledged inputs with no output that were neither
 	// rejected nor archived for a known reason: lost.
 	Missing int `json:"missing"`
