@@ -128,7 +128,7 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Run '%s -h' for the flags.\n", cmd.Name)
 		return ExitError
 	}
-	external := len(SplitBrokers(f.Brokers)) > 0
+	external := len(splitBrokers(f.Brokers)) > 0
 	if external && !flagSet(fs, "lock-duration") {
 		f.LockDuration = externalLockDuration
 	}
@@ -260,7 +260,7 @@ func (f *Flags) check(fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
 		args = fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
 	}
-	if f.Brokers != "" && len(SplitBrokers(f.Brokers)) == 0 {
+	if f.Brokers != "" && len(splitBrokers(f.Brokers)) == 0 {
 		brokers = flagError("brokers", fmt.Sprintf("%q", f.Brokers), "names no broker")
 	}
 	return errors.Join(
@@ -280,10 +280,10 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// SplitBrokers returns the addresses in s, the comma-separated value of a
+// splitBrokers returns the addresses in s, the comma-separated value of a
 // -brokers flag, with blanks trimmed and empty entries dropped; it returns
 // nil when s names none.
-func SplitBrokers(s string) []string {
+func splitBrokers(s string) []string {
 	var out []string
 	for _, b := range strings.Split(s, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -299,7 +299,7 @@ func SplitBrokers(s string) []string {
 // starts a 3-node bundled cluster in this process, logging to logger, and
 // closeFn stops it. The error is the bundled cluster's failure to start.
 func clusterFor(brokers string, logger *slog.Logger) (seeds []string, closeFn func(), err error) {
-	if seeds = SplitBrokers(brokers); len(seeds) > 0 {
+	if seeds = splitBrokers(brokers); len(seeds) > 0 {
 		return seeds, func() {}, nil
 	}
 	c, err := broker.NewCluster(broker.Nodes(3), broker.Logger(logger.With("component", "broker")))

@@ -87,9 +87,9 @@ func TestMainHelpNamesEveryFlagAndExitCode(t *testing.T) {
 func TestMainReportsVerdictsWithTheirExitCodes(t *testing.T) {
 	in := testInput(10, 0)
 	counts, outputs := outputsOf(in, nil)
-	ok := Summary{Result: NewResult(checkCounts(counts, outputs, in, in.Ends(), nil), "", time.Second)}
+	ok := Summary{Result: NewResult(checkCounts(counts, outputs, in, allAcknowledged(in), nil), "", time.Second)}
 	counts[ID(3)]++
-	failed := Summary{Result: NewResult(checkCounts(counts, outputs+1, in, in.Ends(), nil), "", time.Second)}
+	failed := Summary{Result: NewResult(checkCounts(counts, outputs+1, in, allAcknowledged(in), nil), "", time.Second)}
 	incomplete := Summary{Result: NewResult(checkCounts(map[string]int{}, 0, in, nil, nil), "max duration 1s", time.Second)}
 	for _, tc := range []struct {
 		sum     Summary

@@ -31,7 +31,7 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	const n = 500
 	in, err := WriteInput(ctx, seeds, "out", n, 0, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	check, err := ReadCommitted(ctx, seeds, "out", in, in.Ends(), nil, time.Second)
+	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, VerdictOK, NewResult(check, "", time.Second).Verdict)
 	require.Equal(t, n, check.Outputs)
@@ -42,7 +42,7 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 		&kgo.Record{Topic: "out", Value: []byte("not-an-id")},
 	).FirstErr())
 	bigger := testInput(n+3, 0)
-	check, err = ReadCommitted(ctx, seeds, "out", bigger, bigger.Ends(), map[string]Archive{ID(n + 2): ArchivedByFailure}, time.Second)
+	check, err = ReadCommitted(ctx, seeds, "out", bigger, allAcknowledged(bigger), map[string]Archive{ID(n + 2): ArchivedByFailure}, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 1, check.Duplicates)
 	require.Equal(t, []string{ID(7)}, check.DuplicateSample)
@@ -70,14 +70,14 @@ func TestReadCommittedWaitsForOpenTransactions(t *testing.T) {
 	require.NoError(t, txn.ProduceSync(ctx, &kgo.Record{Value: []byte(ID(0))}).FirstErr())
 
 	in := testInput(1, 0)
-	_, err = ReadCommitted(ctx, seeds, "out", in, in.Ends(), nil, 300*time.Millisecond)
+	_, err = ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, 300*time.Millisecond)
 	require.ErrorContains(t, err, "still has an open transaction")
 
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		_ = txn.EndTransaction(context.Background(), kgo.TryCommit)
 	}()
-	check, err := ReadCommitted(ctx, seeds, "out", in, in.Ends(), nil, 10*time.Second)
+	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, 10*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 1, check.Outputs, "the output committed after the wait is seen")
 }

@@ -50,15 +50,6 @@ func (in *Input) Value(i int) string {
 	return ID(i)
 }
 
-// Ends returns, per partition, the offset after the last input record.
-func (in *Input) Ends() map[int32]int64 {
-	out := make(map[int32]int64, len(in.sorted))
-	for p, offs := range in.sorted {
-		out[p] = offs[len(offs)-1] + 1
-	}
-	return out
-}
-
 // acknowledged reports whether start, the share-partition start offsets
 // of the group, has passed input record i: its state is final
 // (acknowledged or archived).

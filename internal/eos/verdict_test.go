@@ -21,7 +21,13 @@ func testInput(n, rejectEvery int) *Input {
 }
 
 // allAcknowledged returns start offsets past every input of in.
-func allAcknowledged(in *Input) map[int32]int64 { return in.Ends() }
+func allAcknowledged(in *Input) map[int32]int64 {
+	out := make(map[int32]int64, len(in.sorted))
+	for p, offs := range in.sorted {
+		out[p] = offs[len(offs)-1] + 1
+	}
+	return out
+}
 
 // outputsOf counts one output per input value of in, except for poison
 // inputs and those skip rejects.
