@@ -166,9 +166,9 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 		},
 		idle: func() string {
 			if stats.polled.Load() == 0 {
-				return fmt.Sprintf("no record delivered yet: %d readers are joining the share group or waiting for an assignment", len(tasks))
+				return fmt.Sprintf("no record delivered yet; %d readers are joining the share group or waiting for an assignment", len(tasks))
 			}
-			return fmt.Sprintf("%d readers waiting for records or checkpoints", len(tasks))
+			return fmt.Sprintf("no injected fault explains it; %d readers waiting for records or checkpoints", len(tasks))
 		},
 	}
 	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))

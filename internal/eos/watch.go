@@ -41,8 +41,7 @@ type watcher struct {
 	counts func() (committed, aborted int64)
 	// outputs returns Outputs for a report (nil: stats.outputs).
 	outputs func() int64
-	// idle describes the pipeline when nothing moved and no known wait
-	// explains it.
+	// idle says why nothing moved when no known wait explains it.
 	idle func() string
 }
 
@@ -66,7 +65,7 @@ func (w *watcher) watch(ctx context.Context, start time.Time) error {
 			if p.Outputs != last.Outputs || p.Acknowledged != last.Acknowledged || p.Committed != last.Committed || p.Aborted != last.Aborted {
 				lastMoved = now
 			} else if p.Waiting = w.stats.waits.describe(now); p.Waiting == "" {
-				p.Waiting = fmt.Sprintf("nothing moved for %.1fs and no injected fault explains it: %s", now.Sub(lastMoved).Seconds(), w.idle())
+				p.Waiting = fmt.Sprintf("nothing moved for %.1fs: %s", now.Sub(lastMoved).Seconds(), w.idle())
 			}
 			lastReport, last = now, p
 			w.progress(p)

@@ -483,8 +483,8 @@ func (in *instance) worker() Worker {
 	}
 }
 
-// idle describes what the instances are doing, for a progress report
-// when nothing moves.
+// idle says why nothing moves when no known wait explains it, as far as
+// the instances tell.
 func (p *workerPool) idle() string {
 	var running, inTxn int
 	for _, s := range p.slots {
@@ -500,7 +500,7 @@ func (p *workerPool) idle() string {
 		s.mu.Unlock()
 	}
 	if p.stats.polled.Load() == 0 {
-		return fmt.Sprintf("no record delivered yet: %d workers are joining the share group or waiting for an assignment", running)
+		return fmt.Sprintf("no record delivered yet; %d workers are joining the share group or waiting for an assignment", running)
 	}
-	return fmt.Sprintf("%d worker instances running, %d of them holding records", running, inTxn)
+	return fmt.Sprintf("no injected fault explains it; %d worker instances running, %d of them holding records", running, inTxn)
 }
