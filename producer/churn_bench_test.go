@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +71,12 @@ func churn(b *testing.B, period, run time.Duration) (fatal, moves, commits, abor
 	}
 	p := newP()
 	defer func() { _ = p.Close(ctx) }()
-	moved, stop := moveRandomly(b, c, wire.TransactionStateTopic, part, period)
+	// Each move goes to a node picked at random among the others, so that
+	// leadership often comes back to a node it just left (A to B to A).
+	// Moves start every period (back to back when one takes longer).
+	moved, stop := moveLeaders(b, c, func(prev time.Time) time.Time { return prev.Add(period) },
+		func(int) (string, int32) { return wire.TransactionStateTopic, part },
+		func(leader, nodes int32) int32 { return (leader + 1 + rand.Int32N(nodes-1)) % nodes })
 	defer stop()
 	b.ResetTimer()
 	end := time.Now().Add(run)
@@ -105,38 +108,4 @@ func churn(b *testing.B, period, run time.Duration) (fatal, moves, commits, abor
 	}
 	b.StopTimer()
 	return fatal, moved.Load(), commits, aborts
-}
-
-// moveRandomly moves the leadership of topic's partition to a node picked
-// at random among the others, every period, until stop; leadership thus
-// often comes back to a node it just left (A to B to A).
-func moveRandomly(b *testing.B, c *broker.Cluster, topic string, partition int32, period time.Duration) (moves *atomic.Int64, stop func()) {
-	nodes := int32(len(c.NodeIDs()))
-	moves = new(atomic.Int64)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			leader, err := c.Leader(topic, partition)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := c.MoveLeader(topic, partition, (leader+1+rand.Int32N(nodes-1))%nodes); err != nil {
-				b.Error(err)
-				return
-			}
-			moves.Add(1)
-		}
-	}()
-	return moves, sync.OnceFunc(func() { close(done); wg.Wait() })
 }

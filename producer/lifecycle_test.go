@@ -197,15 +197,8 @@ func TestLostCommitAnswerIsLearned(t *testing.T) {
 		t.Run(next, func(t *testing.T) {
 			c := newCluster(t)
 			const in, out, group, txnID, client = "doubt-in", "doubt-out", "doubters", "doubt-txn", "doubting-producer"
-			createTopic(t, c, in, 1)
-			createTopic(t, c, out, 1)
-			produceInput(t, c, in, 1, 5)
-			member := joinShareGroup(t, c, group, in)
+			member, acks, tracker := heldInputs(t, c, in, out, group, 5)
 			ctx := testCtx(t)
-			held := member.acquire(ctx, 0, 5)
-			tracker := &recordingTracker{}
-			acks := &wire.ShareAcks{Tracker: tracker}
-			acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
 			p := newProducer(t, c, txnID, Linger(0), clientID(client))
 
 			require.NoError(t, p.BeginTransaction())
@@ -261,15 +254,8 @@ func TestLostCommitAnswerIsLearned(t *testing.T) {
 func TestCloseWhoseAbortFailsResolvesStagedAcks(t *testing.T) {
 	c := newCluster(t)
 	const in, out, group, txnID = "unresolved-in", "unresolved-out", "unresolved", "unresolved-txn"
-	createTopic(t, c, in, 1)
-	createTopic(t, c, out, 1)
-	produceInput(t, c, in, 1, 3)
-	member := joinShareGroup(t, c, group, in)
+	member, acks, tracker := heldInputs(t, c, in, out, group, 3)
 	ctx := testCtx(t)
-	held := member.acquire(ctx, 0, 3)
-	tracker := &recordingTracker{}
-	acks := &wire.ShareAcks{Tracker: tracker}
-	acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
 	p := newProducer(t, c, txnID, Linger(0), TransactionTimeout(5*time.Second))
 
 	require.NoError(t, p.BeginTransaction())

@@ -111,6 +111,23 @@ func acksFor(acks *wire.ShareAcks, topic string, id [16]byte, partition int32, o
 	}
 }
 
+// heldInputs creates topics in and out (one partition each), writes n
+// records to in, joins group and acquires them all, and returns the member
+// and the ACCEPT acknowledgements of every held record, tracked by a
+// recordingTracker.
+func heldInputs(t *testing.T, c *broker.Cluster, in, out, group string, n int) (*shareMember, *wire.ShareAcks, *recordingTracker) {
+	t.Helper()
+	createTopic(t, c, in, 1)
+	createTopic(t, c, out, 1)
+	produceInput(t, c, in, 1, n)
+	member := joinShareGroup(t, c, group, in)
+	held := member.acquire(testCtx(t), 0, n)
+	tracker := &recordingTracker{}
+	acks := &wire.ShareAcks{Tracker: tracker}
+	acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
+	return member, acks, tracker
+}
+
 // startOffsets returns the share group's start offset per partition of
 // topic: it passes every acknowledged record.
 func startOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
