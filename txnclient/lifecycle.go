@@ -81,8 +81,10 @@ func (m *Manager) InitProducerID(ctx context.Context, drain func(context.Context
 	switch st {
 	case StateUninitialized, StateReady:
 	case StateAbortableError, StateInDoubt:
+		// Learning that an in-doubt commit committed is a success here:
+		// the transaction is over and the epoch fresh once Ready.
 		err := m.abortLocked(ctx, op, drain, true)
-		if err != nil && !errors.Is(err, ErrCommitted) {
+		if err != nil && (!errors.Is(err, ErrCommitted) || m.State() != StateReady) {
 			return err
 		}
 		return nil
