@@ -428,3 +428,54 @@ func TestMisuseGetsErrors(t *testing.T) {
 	}
 	require.Equal(t, []string{"kept"}, got)
 }
+
+// An abort that learns that the in-doubt commit committed, and then cannot
+// fetch the epoch the commit moved to (its context ends as the answer is
+// lost), reports both; the outcome is counted once, and the next abort
+// only fetches the epoch.
+func TestLearnedCommitWithFailedEpochRefresh(t *testing.T) {
+	c := newCluster(t)
+	const in, out, group, txnID, client = "refresh-in", "refresh-out", "refreshers", "refresh-txn", "refreshing-producer"
+	member, acks, tracker := heldInputs(t, c, in, out, group, 3)
+	ctx := testCtx(t)
+	p := newProducer(t, c, txnID, Linger(0), clientID(client))
+	require.NoError(t, p.BeginTransaction())
+	produceValues(t, p, out, "o1")
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+
+	commitCtx, cancelCommit := context.WithCancel(ctx)
+	abortCtx, cancelAbort := context.WithCancel(ctx)
+	onClientRequests(t, c, client, func(_ int32, req kmsg.Request) broker.FaultAction {
+		switch r := req.(type) {
+		case *kmsg.EndTxnRequest:
+			if r.Commit && commitCtx.Err() == nil {
+				cancelCommit()
+				return broker.FaultAction{Fault: broker.DropAnswer}
+			}
+		case *kmsg.InitProducerIDRequest:
+			if abortCtx.Err() == nil {
+				cancelAbort()
+				return broker.FaultAction{Fault: broker.DropAnswer}
+			}
+		}
+		return broker.FaultAction{}
+	})
+	require.ErrorIs(t, p.CommitTransaction(commitCtx), txnclient.ErrInDoubt)
+	err := p.AbortTransaction(abortCtx)
+	require.ErrorIs(t, err, txnclient.ErrCommitted, "the abort learned the outcome")
+	require.ErrorIs(t, err, txnclient.ErrAbortable, "and could not fetch the new epoch")
+	require.Equal(t, txnclient.StateAbortableError, p.Transactions().State())
+	require.Equal(t, []bool{true}, tracker.resolutions())
+	require.EqualValues(t, 1, p.Metrics().TransactionsCommitted)
+
+	require.NoError(t, p.AbortTransaction(ctx), "the next abort only fetches the epoch")
+	require.Equal(t, txnclient.StateReady, p.Transactions().State())
+	m := p.Metrics()
+	require.EqualValues(t, 1, m.TransactionsCommitted, "counted once")
+	require.Zero(t, m.TransactionsAborted)
+	require.Equal(t, []bool{true}, tracker.resolutions(), "resolved once")
+	require.NoError(t, p.BeginTransaction())
+	produceValues(t, p, out, "o2")
+	require.NoError(t, p.CommitTransaction(ctx))
+	require.Len(t, readCommitted(t, c, out, 1), 2)
+}
