@@ -30,9 +30,14 @@ type config struct {
 	shareTxnAPIsEnabled bool
 
 	groupSessionTimeoutMax time.Duration
-	shareLockDuration      time.Duration
-	shareDeliveryLimit     int32
-	shareMaxFetchRecords   int32
+	// consumerSessionTimeout and consumerHeartbeatInterval are the
+	// defaults of KIP-848 consumer groups (Kafka's
+	// group.consumer.session.timeout.ms and heartbeat.interval.ms).
+	consumerSessionTimeout    time.Duration
+	consumerHeartbeatInterval time.Duration
+	shareLockDuration         time.Duration
+	shareDeliveryLimit        int32
+	shareMaxFetchRecords      int32
 
 	legacyMarkerValidation bool
 	legacyStaleCoordinator time.Duration
@@ -45,23 +50,25 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		nodes:                  1,
-		host:                   "127.0.0.1",
-		logger:                 slog.New(slog.DiscardHandler),
-		maxFrame:               100 << 20,
-		txnStatePartitions:     6,
-		offsetsPartitions:      6,
-		shareStatePartitions:   6,
-		defaultPartitions:      1,
-		maxTxnTimeout:          15 * time.Minute,
-		producerIDExpiry:       24 * time.Hour,
-		shareTxnAPIsEnabled:    true,
-		groupSessionTimeoutMax: 30 * time.Minute,
-		shareLockDuration:      30 * time.Second,
-		shareDeliveryLimit:     5,
-		shareMaxFetchRecords:   500,
-		tickInterval:           10 * time.Millisecond,
-		maxFetchWait:           30 * time.Second,
+		nodes:                     1,
+		host:                      "127.0.0.1",
+		logger:                    slog.New(slog.DiscardHandler),
+		maxFrame:                  100 << 20,
+		txnStatePartitions:        6,
+		offsetsPartitions:         6,
+		shareStatePartitions:      6,
+		defaultPartitions:         1,
+		maxTxnTimeout:             15 * time.Minute,
+		producerIDExpiry:          24 * time.Hour,
+		shareTxnAPIsEnabled:       true,
+		groupSessionTimeoutMax:    30 * time.Minute,
+		consumerSessionTimeout:    45 * time.Second,
+		consumerHeartbeatInterval: 5 * time.Second,
+		shareLockDuration:         30 * time.Second,
+		shareDeliveryLimit:        5,
+		shareMaxFetchRecords:      500,
+		tickInterval:              10 * time.Millisecond,
+		maxFetchWait:              30 * time.Second,
 	}
 }
 
@@ -127,6 +134,24 @@ func ShareTxnAPIs(enabled bool) Opt {
 // overrides it with the share.record.lock.duration.ms group config.
 func ShareLockDuration(d time.Duration) Opt {
 	return optFunc(func(c *config) { c.shareLockDuration = d })
+}
+
+// ConsumerGroupSessionTimeout sets the default session timeout of KIP-848
+// consumer groups (default 45s, Kafka's
+// group.consumer.session.timeout.ms): a member that does not heartbeat for
+// that long is fenced. A group overrides it with consumer.session.timeout.ms
+// (within Kafka's bounds, 45s to 60s); tests set a short default here.
+func ConsumerGroupSessionTimeout(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.consumerSessionTimeout = d })
+}
+
+// ConsumerGroupHeartbeatInterval sets the heartbeat interval KIP-848
+// consumer group members are told to use (default 5s, Kafka's
+// group.consumer.heartbeat.interval.ms); a group overrides it with
+// consumer.heartbeat.interval.ms. A member learns of a new assignment at
+// its next heartbeat, so this paces rebalances.
+func ConsumerGroupHeartbeatInterval(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.consumerHeartbeatInterval = d })
 }
 
 // ShareDeliveryLimit sets the default delivery count limit of share groups

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kshare-go/kshare/broker"
 )
@@ -44,6 +45,8 @@ func run(args []string) error {
 	legacyMarkers := fs.Bool("legacy-marker-validation", false, "debug: check TV2 markers with the legacy rule (the gap KIP-1228 closes)")
 	staleCoord := fs.Duration("legacy-stale-coordinator", 0, "debug: after a coordinator move the old coordinator answers from its cache for this long (KAFKA-21181)")
 	lateMarkers := fs.Duration("late-marker-copies", 0, "debug: send every transaction marker once more after this delay")
+	cgSession := fs.Duration("consumer-session-timeout", 45*time.Second, "default session timeout of KIP-848 consumer groups")
+	cgHeartbeat := fs.Duration("consumer-heartbeat-interval", 5*time.Second, "default heartbeat interval of KIP-848 consumer group members")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,6 +77,8 @@ func run(args []string) error {
 		broker.LegacyMarkerValidation(*legacyMarkers),
 		broker.LegacyStaleCoordinator(*staleCoord),
 		broker.LateMarkerCopies(*lateMarkers),
+		broker.ConsumerGroupSessionTimeout(*cgSession),
+		broker.ConsumerGroupHeartbeatInterval(*cgHeartbeat),
 	)
 	if err != nil {
 		return err
