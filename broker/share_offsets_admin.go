@@ -1,0 +1,75 @@
+package broker
+
+// Share-group offset administration (AlterShareGroupOffsets,
+// DeleteShareGroupOffsets): the group-level checks both share, and the
+// resets they make to the share coordinator's state.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// emptyShareGroup returns the share group named group if node coordinates
+// it and it has no members: NOT_COORDINATOR, GROUP_ID_NOT_FOUND (no share
+// group of that name) or NON_EMPTY_GROUP otherwise, with Kafka's message.
+func (sc *shareCoordinator) emptyShareGroup(node int32, group string) (*shareGroup, *kerr.Error, string) {
+	if err := sc.c.groupCoordinatorError(node, group); err != nil {
+		return nil, err, ""
+	}
+	g := sc.groups[group]
+	switch {
+	case g == nil:
+		if st, err := sc.c.coordinators.group.shardFor(node, group); err == nil && st.groups[group] != nil {
+			return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s is not a share group.", group)
+		}
+		return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s not found.", group)
+	case len(g.members) > 0:
+		return nil, kerr.NonEmptyGroup, kerr.NonEmptyGroup.Description
+	}
+	return g, nil, ""
+}
+
+// resetShareState replaces key's share state with a fresh one starting at
+// start (where share.auto.offset.reset says when start is negative): a
+// tombstone, which also drops acknowledgements staged by open
+// transactions, then a snapshot at the next state epoch. The live state
+// at the data partition's leader goes, so that the next fetch loads the
+// new one.
+func (sc *shareCoordinator) resetShareState(key shareKey, p *partition, start int64, now time.Time) *kerr.Error {
+	sh, err := sc.stateShard(key)
+	if err != nil {
+		return err
+	}
+	if start < 0 {
+		if start, err = sc.autoOffsetReset(key.group).startOffset(p, now); err != nil {
+			return err
+		}
+	}
+	delete(sc.live, key)
+	if sh.state.parts[key] != nil {
+		if err := sc.writeState(key, nil, -1, -1, now); err != nil {
+			return err
+		}
+	}
+	v := &shareStateValue{Kind: shareKindSnapshot, StateEpoch: sh.state.epochs[key] + 1, StartOffset: start}
+	return sc.writeState(key, v, -1, -1, now)
+}
+
+// deleteShareState tombstones the share state of every initialized
+// partition of topicID in group; it reports false when there was none.
+func (sc *shareCoordinator) deleteShareState(group string, topicID [16]byte, now time.Time) (bool, *kerr.Error) {
+	found := false
+	for _, key := range sc.shareStateKeys(group) {
+		if key.topicID != topicID {
+			continue
+		}
+		found = true
+		delete(sc.live, key)
+		if err := sc.writeState(key, nil, -1, -1, now); err != nil {
+			return true, err
+		}
+	}
+	return found, nil
+}
