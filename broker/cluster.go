@@ -135,6 +135,11 @@ func (cfg *config) validate() error {
 	case cfg.consumerSessionTimeout < time.Millisecond, cfg.consumerHeartbeatInterval < time.Millisecond:
 		return errors.New("broker: consumer group session timeout and heartbeat interval must be at least 1ms")
 	}
+	for id := range cfg.oldNodes {
+		if id < 0 || int(id) >= cfg.nodes {
+			return fmt.Errorf("broker: OldNodes(%d): the cluster has nodes 0..%d", id, cfg.nodes-1)
+		}
+	}
 	return nil
 }
 

@@ -40,6 +40,9 @@ type config struct {
 	shareMaxFetchRecords      int32
 
 	legacyMarkerValidation bool
+	// oldNodes are nodes that serve WriteTxnMarkers up to v1 only
+	// (mixed_versions.go).
+	oldNodes               map[int32]bool
 	legacyStaleCoordinator time.Duration
 	lateMarkerCopies       time.Duration
 	tickInterval           time.Duration
@@ -163,6 +166,23 @@ func ShareDeliveryLimit(n int32) Opt { return optFunc(func(c *config) { c.shareD
 // (markerEpoch >= current) instead of markerEpoch > current.
 func LegacyMarkerValidation(on bool) Opt {
 	return optFunc(func(c *config) { c.legacyMarkerValidation = on })
+}
+
+// OldNodes makes the given nodes behave like brokers from before KIP-1228
+// in a cluster being upgraded: they advertise WriteTxnMarkers up to v1
+// only (ApiVersions), refuse v2 with UNSUPPORTED_VERSION, and so check
+// every marker with the legacy rule (markerEpoch >= current). Transaction
+// coordinators learn this through ApiVersions and send them v1 markers
+// (a coordinator on an old node sends v1 everywhere), as KIP-1228's
+// fallback says. Every node is new by default; ids must be nodes of the
+// cluster.
+func OldNodes(ids ...int32) Opt {
+	return optFunc(func(c *config) {
+		c.oldNodes = make(map[int32]bool, len(ids))
+		for _, id := range ids {
+			c.oldNodes[id] = true
+		}
+	})
 }
 
 // LegacyStaleCoordinator is a debug switch reproducing KAFKA-21181: when a

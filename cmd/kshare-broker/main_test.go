@@ -57,6 +57,8 @@ func TestBadFlagsFail(t *testing.T) {
 		{"-log-level", "loud"},
 		{"-port", "70000"},
 		{"-no-such-flag"},
+		{"-old-nodes", "x"},
+		{"-nodes", "2", "-old-nodes", "2"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var exit *exec.ExitError

@@ -48,6 +48,13 @@ func writeTable(w io.Writer, rows [][2]string, faults map[string]int64, check Ch
 	if len(check.DuplicateSample) > 0 {
 		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(check.DuplicateSample)})
 	}
+	if len(check.MissingByPartition) > 0 {
+		rows = append(rows, [2]string{"missing by output partition", fmt.Sprint(check.MissingByPartition)})
+	}
+	if len(check.DuplicatesByPartition) > 0 {
+		// fmt prints maps sorted by key.
+		rows = append(rows, [2]string{"duplicate copies by output partition", fmt.Sprint(check.DuplicatesByPartition)})
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])

@@ -30,6 +30,16 @@ type Check struct {
 	MissingSample []string `json:"missing_sample,omitempty"`
 	// DuplicateSample lists the first ids seen more than once.
 	DuplicateSample []string `json:"duplicate_sample,omitempty"`
+	// DuplicatesByPartition counts, for each output partition, the copies
+	// it holds of ids seen more than once: where a violation happened,
+	// since every copy of an id lands in the partition its key hashes
+	// to. Only ReadCommitted fills it.
+	DuplicatesByPartition map[int32]int `json:"duplicates_by_partition,omitempty"`
+	// MissingByPartition counts the missing ids by the output partition
+	// their key hashes to with kgo's default partitioner, which the
+	// pipeline's producers use: where their output went missing. Only
+	// ReadCommitted fills it.
+	MissingByPartition map[int32]int `json:"missing_by_partition,omitempty"`
 }
 
 // OK reports whether every input id was seen exactly once.
@@ -68,12 +78,16 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int
 		return Check{}, fmt.Errorf("verifier: last stable offsets of %s: %w", topic, err)
 	}
 	counts := make(map[string]int, inputs)
+	perPartition := make(map[int32]map[string]int)
 	check := Check{Inputs: inputs}
 	var readErr error
 	ends.Each(func(o kadm.ListedOffset) {
 		if readErr == nil && o.Offset > 0 {
+			here := make(map[string]int)
+			perPartition[o.Partition] = here
 			readErr = readPartition(ctx, cl, topic, o.Partition, o.Offset, func(value []byte) {
 				counts[string(value)]++
+				here[string(value)]++
 				check.Outputs++
 			})
 		}
@@ -84,6 +98,8 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int
 	outputs := check.Outputs
 	check = checkCounts(counts, inputs, archived)
 	check.Outputs = outputs
+	check.DuplicatesByPartition = duplicatesByPartition(counts, perPartition)
+	check.MissingByPartition = missingByPartition(counts, inputs, archived, topic, len(ends[topic]))
 	return check, nil
 }
 
@@ -134,6 +150,45 @@ func checkCounts(counts map[string]int, inputs int, archived map[string]bool) Ch
 	endRun(inputs - 1)
 	check.Unknown = len(counts) - seen
 	return check
+}
+
+// duplicatesByPartition counts, per partition, the copies there of values
+// seen more than once in all; nil when there are none.
+func duplicatesByPartition(counts map[string]int, perPartition map[int32]map[string]int) map[int32]int {
+	var out map[int32]int
+	for p, here := range perPartition {
+		for v, n := range here {
+			if counts[v] > 1 {
+				if out == nil {
+					out = make(map[int32]int)
+				}
+				out[p] += n
+			}
+		}
+	}
+	return out
+}
+
+// missingByPartition counts the ids 0..inputs-1 never seen (and not
+// archived) by the partition of n that kgo's default partitioner gives
+// their key; nil when none is missing.
+func missingByPartition(counts map[string]int, inputs int, archived map[string]bool, topic string, n int) map[int32]int {
+	if n == 0 {
+		return nil
+	}
+	partitioner := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	var out map[int32]int
+	for i := 0; i < inputs; i++ {
+		id := ID(i)
+		if counts[id] > 0 || archived[id] {
+			continue
+		}
+		if out == nil {
+			out = make(map[int32]int)
+		}
+		out[int32(partitioner.Partition(&kgo.Record{Key: []byte(id)}, n))]++
+	}
+	return out
 }
 
 // readPartition fetches [0, end) of one partition at read_committed and
