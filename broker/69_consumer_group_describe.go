@@ -7,7 +7,8 @@ package broker
 // Assigning never shows, since assignments are computed at once), group
 // and assignment epochs, the assignor the group uses, and every member
 // with its instance and rack ids, member epoch, client id and host,
-// subscription (names and regex as the member sent them), current and
+// subscription (names and regex as the member sent them; "" for no regex,
+// as Kafka answers), current and
 // target assignment (by topic id and name), and (v1) member type 1 (a
 // consumer-protocol member; classic members do not exist here). An empty
 // group id is INVALID_GROUP_ID, a name that is no consumer group (none, a
@@ -67,6 +68,9 @@ func handleConsumerGroupDescribe(c *Cluster, r *request) (kmsg.Response, error) 
 				rm.SubscribedTopics = []string{}
 			}
 			rm.SubscribedTopicRegex = m.regex
+			if rm.SubscribedTopicRegex == nil {
+				rm.SubscribedTopicRegex = new(string) // Kafka says "" for none
+			}
 			rm.Assignment = c.describedAssignment(m.assigned)
 			rm.TargetAssignment = c.describedAssignment(cg.target[m.id])
 			rm.MemberType = 1

@@ -4,8 +4,9 @@ package broker
 //
 // Sets the start offset of share-partitions of an empty share group, at
 // its group coordinator (NOT_COORDINATOR elsewhere). An empty group id is
-// INVALID_GROUP_ID; a name that is no share group GROUP_ID_NOT_FOUND; a
-// group with members NON_EMPTY_GROUP, all top-level as on Kafka. Per
+// INVALID_GROUP_ID; a classic or consumer group's name GROUP_ID_NOT_FOUND;
+// a group with members NON_EMPTY_GROUP, all top-level as on Kafka; a name
+// no group has gets an empty share group, as on Kafka 4.4. Per
 // partition: an unknown topic, or a partition the topic does not have, is
 // UNKNOWN_TOPIC_OR_PARTITION; the others get a fresh share state at the
 // next state epoch starting at the given offset (every in-flight record
@@ -40,7 +41,7 @@ func handleAlterShareGroupOffsets(c *Cluster, r *request) (kmsg.Response, error)
 	if req.GroupID == "" {
 		return fail(kerr.InvalidGroupID, "")
 	}
-	if _, err, msg := sc.emptyShareGroup(r.node.id, req.GroupID); err != nil {
+	if _, err, msg := sc.emptyShareGroup(r.node.id, req.GroupID, true); err != nil {
 		return fail(err, msg)
 	}
 	now := time.Now()

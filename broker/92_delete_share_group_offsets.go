@@ -10,8 +10,8 @@ package broker
 // topic is UNKNOWN_TOPIC_OR_PARTITION, and so is a topic the group has no
 // share state for ("There is no offset information to delete.", Kafka's
 // message); the others have every share-partition's state tombstoned in
-// __share_group_state. As on Kafka, the topics that failed come first in
-// the answer, then those deleted. Skipped: authorization.
+// __share_group_state. As on Kafka, the topics deleted come first in the
+// answer, then those that failed. Skipped: authorization.
 
 import (
 	"time"
@@ -39,7 +39,7 @@ func handleDeleteShareGroupOffsets(c *Cluster, r *request) (kmsg.Response, error
 	if req.GroupID == "" {
 		return fail(kerr.InvalidGroupID, "")
 	}
-	if _, err, msg := sc.emptyShareGroup(r.node.id, req.GroupID); err != nil {
+	if _, err, msg := sc.emptyShareGroup(r.node.id, req.GroupID, false); err != nil {
 		return fail(err, msg)
 	}
 	now := time.Now()
@@ -73,6 +73,6 @@ func handleDeleteShareGroupOffsets(c *Cluster, r *request) (kmsg.Response, error
 		}
 		deleted = append(deleted, st)
 	}
-	resp.Topics = append(failed, deleted...)
+	resp.Topics = append(deleted, failed...)
 	return resp, nil
 }

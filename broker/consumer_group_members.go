@@ -50,13 +50,18 @@ func (g *groupCoordinator) consumerHeartbeat(st *groupShard, r *request, req *km
 		ch.touch(m.id)
 	}
 	m.lastSeen = now
+	// A subscription change and a change of the subscribed topics'
+	// metadata each move the epoch, so a new group's first member starts
+	// at epoch 2, as on Kafka.
+	if bump {
+		cg.epoch++
+	}
 	if md := g.c.consumerMetadata(cg); md != cg.metadata {
 		cg.metadata = md
-		bump = true
-	}
-	if bump || cg.epoch == 0 {
 		cg.epoch++
-		g.c.logger.Debug("consumer group epoch bumped", "group", grp.name, "epoch", cg.epoch, "member", m.id)
+	}
+	if cg.epoch == 0 {
+		cg.epoch++ // a member that subscribes to nothing that exists
 	}
 	if cg.epoch > cg.assignmentEpoch {
 		g.c.updateTarget(grp, ch)

@@ -58,7 +58,7 @@ func TestConsumerGroupHeartbeatValidation(t *testing.T) {
 		require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
 		require.NotNil(t, resp.MemberID)
 		require.Len(t, *resp.MemberID, 22, "a UUID in Kafka's base64 form")
-		require.Equal(t, int32(1), resp.MemberEpoch)
+		require.Equal(t, int32(2), resp.MemberEpoch, "a new group's first member: one epoch for its subscription, one for the topics' metadata")
 	})
 	require.Equal(t, 0, c.handlerPanics)
 }
@@ -73,20 +73,20 @@ func TestConsumerGroupRevokeBeforeAssign(t *testing.T) {
 	m1, m2 := newCGMember(t, c, "rb-group", "m1"), newCGMember(t, c, "rb-group", "m2")
 
 	r := m1.join("rb")
-	require.Equal(t, int32(1), r.MemberEpoch)
+	require.Equal(t, int32(2), r.MemberEpoch, "a new group's subscription and metadata each move the epoch")
 	require.Equal(t, []int32{0, 1, 2, 3}, m1.partitionsOf("rb"))
 
 	r = m2.join("rb")
-	require.Equal(t, int32(2), r.MemberEpoch, "the join moved the group epoch")
+	require.Equal(t, int32(3), r.MemberEpoch, "the join moved the group epoch")
 	require.NotNil(t, r.Assignment, "a full request gets its assignment")
 	require.Empty(t, m2.partitionsOf("rb"), "m1 still holds m2's target")
 	d := cgDescribe(t, c, "rb-group")
 	require.Equal(t, cgStateReconciling, d.State)
-	require.Equal(t, int32(2), d.Epoch)
-	require.Equal(t, int32(2), d.AssignmentEpoch)
+	require.Equal(t, int32(3), d.Epoch)
+	require.Equal(t, int32(3), d.AssignmentEpoch)
 
 	r = m1.heartbeat()
-	require.Equal(t, int32(1), r.MemberEpoch, "m1 must revoke before it takes epoch 2")
+	require.Equal(t, int32(2), r.MemberEpoch, "m1 must revoke before it takes epoch 3")
 	require.Equal(t, []int32{0, 1}, m1.partitionsOf("rb"), "sticky: m1 keeps the first half")
 
 	r = m2.heartbeat()
@@ -94,11 +94,11 @@ func TestConsumerGroupRevokeBeforeAssign(t *testing.T) {
 	require.Empty(t, m2.partitionsOf("rb"))
 
 	r = m1.heartbeat() // now owns only 0 and 1
-	require.Equal(t, int32(2), r.MemberEpoch)
+	require.Equal(t, int32(3), r.MemberEpoch)
 	require.Nil(t, r.Assignment, "m1's assignment did not change")
 
 	r = m2.heartbeat()
-	require.Equal(t, int32(2), r.MemberEpoch)
+	require.Equal(t, int32(3), r.MemberEpoch)
 	require.Equal(t, []int32{2, 3}, m2.partitionsOf("rb"))
 	d = cgDescribe(t, c, "rb-group")
 	require.Equal(t, cgStateStable, d.State)
@@ -112,16 +112,16 @@ func TestConsumerGroupRevokeBeforeAssign(t *testing.T) {
 	// A heartbeat at the previous epoch owning a subset is accepted (the
 	// answer that raised the epoch was lost); anything else is fenced.
 	prev := m2.hbReq()
-	prev.MemberEpoch = 1
-	m2.expect(prev, kerr.FencedMemberEpoch) // m2 never had epoch 1
+	prev.MemberEpoch = 2
+	m2.expect(prev, kerr.FencedMemberEpoch) // m2 never had epoch 2
 	ahead := m1.hbReq()
 	ahead.MemberEpoch = 7
 	m1.expect(ahead, kerr.FencedMemberEpoch)
 	lost := m1.hbReq()
-	lost.MemberEpoch = 1
-	require.Equal(t, int32(2), m1.do(lost).MemberEpoch)
+	lost.MemberEpoch = 2
+	require.Equal(t, int32(3), m1.do(lost).MemberEpoch)
 	notSubset := m1.hbReq()
-	notSubset.MemberEpoch = 1
+	notSubset.MemberEpoch = 2
 	notSubset.Topics[0].Partitions = []int32{0, 1, 2}
 	m1.expect(notSubset, kerr.FencedMemberEpoch)
 
@@ -132,7 +132,7 @@ func TestConsumerGroupRevokeBeforeAssign(t *testing.T) {
 	require.NoError(t, kerr.ErrorForCode(r.ErrorCode))
 	require.Equal(t, int32(-1), r.MemberEpoch)
 	r = m1.heartbeat()
-	require.Equal(t, int32(3), r.MemberEpoch)
+	require.Equal(t, int32(4), r.MemberEpoch)
 	require.Equal(t, []int32{0, 1, 2, 3}, m1.partitionsOf("rb"))
 	m2.expect(m2.hbReq(), kerr.UnknownMemberID)
 	require.Equal(t, 0, c.handlerPanics)
@@ -153,28 +153,28 @@ func TestConsumerGroupOffsets(t *testing.T) {
 	m2.heartbeat()
 	require.Equal(t, []int32{0, 1}, m1.partitionsOf("off"))
 	require.Equal(t, []int32{2, 3}, m2.partitionsOf("off"))
-	require.Equal(t, int32(2), m1.epoch)
+	require.Equal(t, int32(3), m1.epoch)
 
-	require.NoError(t, cgCommit(t, c, 9, "off-group", "m1", 2, "off", 0, 10))
-	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "m1", 3, "off", 0, 11), kerr.StaleMemberEpoch)
-	require.NoError(t, cgCommit(t, c, 9, "off-group", "m1", 1, "off", 0, 12), "partition 0 was m1's since epoch 1")
-	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "m2", 1, "off", 2, 13), kerr.StaleMemberEpoch, "m2 got partition 2 at epoch 2")
-	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "m1", 1, "off", 2, 13), kerr.StaleMemberEpoch, "not m1's partition")
-	require.ErrorIs(t, cgCommit(t, c, 8, "off-group", "m1", 2, "off", 0, 14), kerr.UnsupportedVersion)
-	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "nobody", 2, "off", 0, 15), kerr.UnknownMemberID)
+	require.NoError(t, cgCommit(t, c, 9, "off-group", "m1", 3, "off", 0, 10))
+	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "m1", 4, "off", 0, 11), kerr.StaleMemberEpoch)
+	require.NoError(t, cgCommit(t, c, 9, "off-group", "m1", 2, "off", 0, 12), "partition 0 was m1's since epoch 2")
+	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "m2", 2, "off", 2, 13), kerr.StaleMemberEpoch, "m2 got partition 2 at epoch 3")
+	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "m1", 2, "off", 2, 13), kerr.StaleMemberEpoch, "not m1's partition")
+	require.ErrorIs(t, cgCommit(t, c, 8, "off-group", "m1", 3, "off", 0, 14), kerr.UnsupportedVersion)
+	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "nobody", 3, "off", 0, 15), kerr.UnknownMemberID)
 	require.ErrorIs(t, cgCommit(t, c, 9, "off-group", "", -1, "off", 0, 16), kerr.UnknownMemberID, "no admin commits while members are in")
 
 	err, off := cgFetch(t, c, "off-group", nil, -1, "off", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(12), off)
 	m1id := "m1"
-	err, off = cgFetch(t, c, "off-group", &m1id, 2, "off", 0)
+	err, off = cgFetch(t, c, "off-group", &m1id, 3, "off", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(12), off)
-	err, _ = cgFetch(t, c, "off-group", &m1id, 1, "off", 0)
+	err, _ = cgFetch(t, c, "off-group", &m1id, 2, "off", 0)
 	require.ErrorIs(t, err, kerr.StaleMemberEpoch)
 	nobody := "nobody"
-	err, _ = cgFetch(t, c, "off-group", &nobody, 2, "off", 0)
+	err, _ = cgFetch(t, c, "off-group", &nobody, 3, "off", 0)
 	require.ErrorIs(t, err, kerr.UnknownMemberID)
 
 	// OffsetDelete keeps the offsets of subscribed topics; DeleteGroups
@@ -321,7 +321,11 @@ func TestConsumerGroupTypes(t *testing.T) {
 	leave := m.hbReq()
 	leave.MemberEpoch = -1
 	require.Zero(t, m.send(leave).ErrorCode)
-	joined := groupJoined(t, groupJoin(t, c, node, groupJoinReq(9, "ty-offsets", "", time.Minute, time.Minute)))
+	first := groupAwait(t, groupSend(t, c, node, groupJoinReq(9, "ty-offsets", "", time.Minute, time.Minute))).(*kmsg.JoinGroupResponse)
+	require.ErrorIs(t, kerr.ErrorForCode(first.ErrorCode), kerr.MemberIDRequired)
+	require.Equal(t, map[string]string{"ty-offsets": "classic"}, listGroupTypes(t, c, "ty-offsets"),
+		"the first JoinGroup converts the group, even when it answers MEMBER_ID_REQUIRED")
+	joined := groupJoined(t, groupSend(t, c, node, groupJoinReq(9, "ty-offsets", first.MemberID, time.Minute, time.Minute)))
 	require.Equal(t, map[string]string{"ty-offsets": "classic"}, listGroupTypes(t, c, "ty-offsets"))
 	err, off = cgFetch(t, c, "ty-offsets", nil, -1, "ty", 0)
 	require.NoError(t, err)
@@ -421,8 +425,8 @@ func TestConsumerGroupCoordinatorMove(t *testing.T) {
 	after := cgDescribe(t, c, "mv-group")
 	require.Equal(t, before, after, "the new coordinator describes the same group")
 
-	m1.heartbeat() // revoked: takes epoch 2
-	require.Equal(t, int32(2), m1.epoch)
+	m1.heartbeat() // revoked: takes epoch 3
+	require.Equal(t, int32(3), m1.epoch)
 	m2.heartbeat()
 	require.Equal(t, []int32{2, 3}, m2.partitionsOf("mv"))
 	err, off := cgFetch(t, c, "mv-group", nil, -1, "mv", 0)
@@ -435,7 +439,8 @@ func TestConsumerGroupCoordinatorMove(t *testing.T) {
 // TestConsumerGroupTxnOffsetCommit commits a consumer group's offsets in a
 // transaction with the member epoch as the generation: checked like
 // OffsetCommit (any version: transactional commits are exempt from the v9
-// rule), invisible until the transaction commits.
+// rule; one without member and generation is accepted; a stale epoch is
+// ILLEGAL_GENERATION), invisible until the transaction commits.
 func TestConsumerGroupTxnOffsetCommit(t *testing.T) {
 	c := newTestCluster(t, Nodes(3))
 	createTopic(t, c, "in", 1)
@@ -443,9 +448,10 @@ func TestConsumerGroupTxnOffsetCommit(t *testing.T) {
 	m.join("in")
 	p := groupTxnInit(t, c, "txn848-id")
 
-	require.ErrorIs(t, p.commitOffsets(t, c, 5, "txn848", "m", m.epoch+1, "in", 3), kerr.StaleMemberEpoch)
+	require.ErrorIs(t, p.commitOffsets(t, c, 5, "txn848", "m", m.epoch+1, "in", 3), kerr.IllegalGeneration,
+		"a stale epoch reads ILLEGAL_GENERATION in a transaction, as Kafka maps it")
 	require.ErrorIs(t, p.commitOffsets(t, c, 5, "txn848", "ghost", m.epoch, "in", 3), kerr.UnknownMemberID)
-	require.ErrorIs(t, p.commitOffsets(t, c, 2, "txn848", "", -1, "in", 3), kerr.UnknownMemberID, "v0-2 carry no member")
+	require.NoError(t, p.commitOffsets(t, c, 5, "txn848", "", -1, "in", 4), "a transactional commit need not say who commits")
 	require.NoError(t, p.commitOffsets(t, c, 5, "txn848", "m", m.epoch, "in", 5))
 	require.Equal(t, groupFetched{offset: -1}, groupFetchOne(t, c, "txn848", "in", false))
 	p.end(t, c, true)

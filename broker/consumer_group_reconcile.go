@@ -182,13 +182,17 @@ func (cg *consumerGroup) setOwner(m *consumerMember, oldAssigned, oldRevoking cg
 
 // checkCommitter applies Kafka's group-level checks to an offset commit
 // into a consumer group: a commit without member (epoch < 0) only while
-// the group has no members; otherwise the member must exist
-// (UNKNOWN_MEMBER_ID), a plain commit must be OffsetCommit v9+
-// (UNSUPPORTED_VERSION), and the epoch must not be ahead of the member's
-// (STALE_MEMBER_EPOCH). An older epoch is checked per partition
-// (checkCommitPartition).
+// the group has no members, except a transactional one, which need not
+// say who commits; otherwise the member must exist (UNKNOWN_MEMBER_ID), a
+// plain commit must be OffsetCommit v9+ (UNSUPPORTED_VERSION), and the
+// epoch must not be ahead of the member's (STALE_MEMBER_EPOCH, which a
+// transactional commit reads as ILLEGAL_GENERATION, as Kafka maps it). An
+// older epoch is checked per partition (checkCommitPartition).
 func (cg *consumerGroup) checkCommitter(who offsetCommitter) *kerr.Error {
-	if who.generation < 0 && len(cg.members) == 0 {
+	switch {
+	case who.generation < 0 && len(cg.members) == 0:
+		return nil
+	case who.transactional && who.generation < 0 && who.memberID == "" && who.instanceID == nil:
 		return nil
 	}
 	m := cg.members[who.memberID]
@@ -198,16 +202,25 @@ func (cg *consumerGroup) checkCommitter(who offsetCommitter) *kerr.Error {
 	case !who.transactional && who.version < 9:
 		return kerr.UnsupportedVersion
 	case who.generation > m.epoch:
-		return kerr.StaleMemberEpoch
+		return staleEpoch(who)
 	}
 	return nil
+}
+
+// staleEpoch is the error of a commit at an epoch the member cannot
+// commit at.
+func staleEpoch(who offsetCommitter) *kerr.Error {
+	if who.transactional {
+		return kerr.IllegalGeneration
+	}
+	return kerr.StaleMemberEpoch
 }
 
 // checkCommitPartition is KIP-1251's check of a commit at an epoch older
 // than the member's: the partition must be the member's, assigned to it at
 // that epoch or before (assignmentEpoch <= commit epoch <= member epoch),
-// else STALE_MEMBER_EPOCH. A commit at the member's epoch, or without a
-// member, passes.
+// else STALE_MEMBER_EPOCH (ILLEGAL_GENERATION when transactional). A
+// commit at the member's epoch, or without a member, passes.
 func (c *Cluster) checkCommitPartition(cg *consumerGroup, who offsetCommitter, tp groupTP) *kerr.Error {
 	m := cg.members[who.memberID]
 	if m == nil || who.generation == m.epoch {
@@ -215,7 +228,7 @@ func (c *Cluster) checkCommitPartition(cg *consumerGroup, who offsetCommitter, t
 	}
 	t := c.topics[tp.topic]
 	if t == nil {
-		return kerr.StaleMemberEpoch
+		return staleEpoch(who)
 	}
 	key := cgTP{t.id, tp.partition}
 	e, ok := m.assigned[key]
@@ -223,7 +236,7 @@ func (c *Cluster) checkCommitPartition(cg *consumerGroup, who offsetCommitter, t
 		e, ok = m.revoking[key]
 	}
 	if !ok || e > who.generation {
-		return kerr.StaleMemberEpoch
+		return staleEpoch(who)
 	}
 	return nil
 }

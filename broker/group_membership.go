@@ -345,6 +345,8 @@ func (g *groupCoordinator) join(st *groupShard, r *request, req *kmsg.JoinGroupR
 			// group; that migration path is not implemented.
 			return joinError(kerr.InconsistentGroupProtocol)
 		}
+		// As on Kafka, the group turns classic at the first JoinGroup,
+		// even one answered with MEMBER_ID_REQUIRED.
 		if err := g.toClassic(st, grp, now); err != nil {
 			return joinError(err)
 		}

@@ -14,7 +14,9 @@ import (
 // emptyShareGroup returns the share group named group if node coordinates
 // it and it has no members: NOT_COORDINATOR, GROUP_ID_NOT_FOUND (no share
 // group of that name) or NON_EMPTY_GROUP otherwise, with Kafka's message.
-func (sc *shareCoordinator) emptyShareGroup(node int32, group string) (*shareGroup, *kerr.Error, string) {
+// create makes an empty share group of a name no group has, as Kafka's
+// AlterShareGroupOffsets does.
+func (sc *shareCoordinator) emptyShareGroup(node int32, group string, create bool) (*shareGroup, *kerr.Error, string) {
 	if err := sc.c.groupCoordinatorError(node, group); err != nil {
 		return nil, err, ""
 	}
@@ -23,6 +25,12 @@ func (sc *shareCoordinator) emptyShareGroup(node int32, group string) (*shareGro
 	case g == nil:
 		if st, err := sc.c.coordinators.group.shardFor(node, group); err == nil && st.groups[group] != nil {
 			return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s is not a share group.", group)
+		}
+		if create {
+			g = &shareGroup{name: group, members: make(map[string]*shareMember)}
+			sc.groups[group] = g
+			sc.c.logger.Info("share group created by an offset alteration", "group", group)
+			return g, nil, ""
 		}
 		return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s not found.", group)
 	case len(g.members) > 0:

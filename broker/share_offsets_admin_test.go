@@ -118,14 +118,14 @@ func TestShareGroupOffsetsAdmin(t *testing.T) {
 	d = deleteShareOffsets(t, c, node, "sa-group", "sa", "nope", "untouched")
 	require.Zero(t, d.ErrorCode)
 	require.Len(t, d.Topics, 3)
-	require.Equal(t, "nope", d.Topics[0].Topic, "failures first, as on Kafka")
-	require.ErrorIs(t, kerr.ErrorForCode(d.Topics[0].ErrorCode), kerr.UnknownTopicOrPartition)
-	require.Equal(t, "untouched", d.Topics[1].Topic)
+	require.Equal(t, "sa", d.Topics[0].Topic, "deleted topics first, as on Kafka")
+	require.Zero(t, d.Topics[0].ErrorCode)
+	require.Equal(t, cgTopicID(t, c, "sa"), d.Topics[0].TopicID)
+	require.Equal(t, "nope", d.Topics[1].Topic)
 	require.ErrorIs(t, kerr.ErrorForCode(d.Topics[1].ErrorCode), kerr.UnknownTopicOrPartition)
-	require.Equal(t, "There is no offset information to delete.", *d.Topics[1].ErrorMessage)
-	require.Equal(t, "sa", d.Topics[2].Topic)
-	require.Zero(t, d.Topics[2].ErrorCode)
-	require.Equal(t, cgTopicID(t, c, "sa"), d.Topics[2].TopicID)
+	require.Equal(t, "untouched", d.Topics[2].Topic)
+	require.ErrorIs(t, kerr.ErrorForCode(d.Topics[2].ErrorCode), kerr.UnknownTopicOrPartition)
+	require.Equal(t, "There is no offset information to delete.", *d.Topics[2].ErrorMessage)
 	require.Empty(t, shareOffsets(t, admin, "sa-group", "sa"), "no share state left for the topic")
 
 	m3 := shareJoin(t, c, "sa-group", "m3", "sa")
@@ -143,7 +143,6 @@ func TestShareGroupOffsetsAdminGroupErrors(t *testing.T) {
 		msg   string
 	}{
 		{"", kerr.InvalidGroupID, ""},
-		{"none", kerr.GroupIDNotFound, "Group none not found."},
 		{"classic", kerr.GroupIDNotFound, "Group classic is not a share group."},
 	}
 	for _, tc := range cases {
@@ -160,7 +159,18 @@ func TestShareGroupOffsetsAdminGroupErrors(t *testing.T) {
 			require.Equal(t, tc.msg, *d.ErrorMessage)
 		}
 	}
-	other := (shareGroupCoordinator(t, c, "none") + 1) % 2
-	r := alterShareOffsets(t, c, other, "none", nil)
+	none := shareGroupCoordinator(t, c, "none")
+	d := deleteShareOffsets(t, c, none, "none", "se")
+	require.ErrorIs(t, kerr.ErrorForCode(d.ErrorCode), kerr.GroupIDNotFound)
+	require.Equal(t, "Group none not found.", *d.ErrorMessage)
+	r := alterShareOffsets(t, c, (none+1)%2, "none", nil)
 	require.ErrorIs(t, kerr.ErrorForCode(r.ErrorCode), kerr.NotCoordinator)
+
+	// Altering a name no group has creates an empty share group.
+	r = alterShareOffsets(t, c, none, "none", map[string]map[int32]int64{"se": {0: 0}})
+	require.Zero(t, r.ErrorCode)
+	require.NoError(t, kerr.ErrorForCode(r.Topics[0].Partitions[0].ErrorCode))
+	d = deleteShareOffsets(t, c, none, "none", "se")
+	require.Zero(t, d.ErrorCode, "the group exists now")
+	require.Zero(t, d.Topics[0].ErrorCode)
 }

@@ -75,7 +75,7 @@ func scenarioFindCoordinator(ctx context.Context, tg *target, tr *transcript) {
 // sdkKeys are the API keys kshare's clients, kgo and the Java clients of
 // the test matrix send; their version ranges are compared one by one.
 var sdkKeys = []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 23, 24, 25, 26, 27, 28,
-	32, 42, 44, 45, 46, 47, 61, 65, 66, 76, 77, 78, 79, 90, 95, 96}
+	32, 42, 44, 45, 46, 47, 61, 65, 66, 68, 69, 76, 77, 78, 79, 90, 91, 92, 95, 96}
 
 func scenarioApiVersions(ctx context.Context, tg *target, tr *transcript) {
 	req := kmsg.NewPtrApiVersionsRequest()
