@@ -303,6 +303,17 @@ func (c *Cluster) consumerHeartbeatInterval(group string) time.Duration {
 	return time.Duration(n) * time.Millisecond
 }
 
+// empty reports whether the group has no members of either protocol: a
+// consumer group's entry is always in the classic state Empty, so code
+// that decides by the classic state alone (deleting or expiring groups)
+// must ask this instead.
+func (grp *classicGroup) empty() bool {
+	if grp.consumer != nil {
+		return len(grp.consumer.members) == 0
+	}
+	return grp.state == groupEmpty && len(grp.members) == 0
+}
+
 // consumerGroupFor returns the consumer group of name for a heartbeat.
 // create (epoch 0) makes a new group, or converts a classic group without
 // members; otherwise the name must already be a consumer group. A share
@@ -315,7 +326,7 @@ func (g *groupCoordinator) consumerGroupFor(st *groupShard, name string, create 
 		return grp, nil, ""
 	case !create && grp == nil:
 		return nil, kerr.GroupIDNotFound, fmt.Sprintf("Consumer group %s not found.", name)
-	case grp != nil && (!create || len(grp.members) > 0 || len(grp.pendingMembers) > 0):
+	case grp != nil && (!create || !grp.empty() || len(grp.pendingMembers) > 0):
 		return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s is not a consumer group.", name)
 	case g.c.coordinators.share.groups[name] != nil:
 		return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s is not a consumer group.", name)

@@ -291,7 +291,7 @@ func (g *groupCoordinator) deleteGroup(st *groupShard, group string, now time.Ti
 	switch {
 	case grp == nil:
 		return kerr.GroupIDNotFound
-	case grp.state != groupEmpty, grp.consumer != nil && len(grp.consumer.members) > 0:
+	case !grp.empty():
 		return kerr.NonEmptyGroup
 	}
 	tps := make([]groupTP, 0, len(grp.offsets))
