@@ -86,17 +86,13 @@ func handleConsumerGroupDescribe(c *Cluster, r *request) (kmsg.Response, error) 
 func (c *Cluster) describedAssignment(parts cgPartitions) kmsg.Assignment {
 	a := kmsg.NewAssignment()
 	a.TopicPartitions = []kmsg.AssignmentTopicPartition{}
-	for _, tp := range parts.sorted() {
-		if n := len(a.TopicPartitions); n == 0 || a.TopicPartitions[n-1].TopicID != tp.topicID {
-			at := kmsg.NewAssignmentTopicPartition()
-			at.TopicID = tp.topicID
-			if t := c.topicsByID[tp.topicID]; t != nil {
-				at.Topic = t.name
-			}
-			a.TopicPartitions = append(a.TopicPartitions, at)
+	for _, tp := range parts.byTopic() {
+		at := kmsg.NewAssignmentTopicPartition()
+		at.TopicID, at.Partitions = tp.topicID, tp.partitions
+		if t := c.topicsByID[tp.topicID]; t != nil {
+			at.Topic = t.name
 		}
-		at := &a.TopicPartitions[len(a.TopicPartitions)-1]
-		at.Partitions = append(at.Partitions, tp.partition)
+		a.TopicPartitions = append(a.TopicPartitions, at)
 	}
 	return a
 }

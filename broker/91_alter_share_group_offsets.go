@@ -30,19 +30,9 @@ func handleAlterShareGroupOffsets(c *Cluster, r *request) (kmsg.Response, error)
 	req := r.kreq.(*kmsg.AlterShareGroupOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterShareGroupOffsetsResponse)
 	sc := c.coordinators.share
-	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg == "" {
-			msg = err.Description
-		}
-		resp.ErrorMessage = &msg
+	if err, msg := sc.checkOffsetsAdmin(r.node.id, req.GroupID, true); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = err.Code, &msg
 		return resp, nil
-	}
-	if req.GroupID == "" {
-		return fail(kerr.InvalidGroupID, "")
-	}
-	if _, err, msg := sc.emptyShareGroup(r.node.id, req.GroupID, true); err != nil {
-		return fail(err, msg)
 	}
 	now := time.Now()
 	for _, rt := range req.Topics {

@@ -28,19 +28,9 @@ func handleDeleteShareGroupOffsets(c *Cluster, r *request) (kmsg.Response, error
 	req := r.kreq.(*kmsg.DeleteShareGroupOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteShareGroupOffsetsResponse)
 	sc := c.coordinators.share
-	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg == "" {
-			msg = err.Description
-		}
-		resp.ErrorMessage = &msg
+	if err, msg := sc.checkOffsetsAdmin(r.node.id, req.GroupID, false); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = err.Code, &msg
 		return resp, nil
-	}
-	if req.GroupID == "" {
-		return fail(kerr.InvalidGroupID, "")
-	}
-	if _, err, msg := sc.emptyShareGroup(r.node.id, req.GroupID, false); err != nil {
-		return fail(err, msg)
 	}
 	now := time.Now()
 	var failed, deleted []kmsg.DeleteShareGroupOffsetsResponseTopic

@@ -102,6 +102,25 @@ func (s cgPartitions) clone() cgPartitions {
 	return out
 }
 
+// byTopic lists the partitions grouped by topic id, both in order.
+func (s cgPartitions) byTopic() []cgTopicPartitions {
+	var out []cgTopicPartitions
+	for _, tp := range s.sorted() {
+		if n := len(out); n == 0 || out[n-1].topicID != tp.topicID {
+			out = append(out, cgTopicPartitions{topicID: tp.topicID})
+		}
+		last := &out[len(out)-1]
+		last.partitions = append(last.partitions, tp.partition)
+	}
+	return out
+}
+
+// cgTopicPartitions is one topic's partitions of an assignment.
+type cgTopicPartitions struct {
+	topicID    [16]byte
+	partitions []int32
+}
+
 // sorted lists the partitions by topic id, then partition.
 func (s cgPartitions) sorted() []cgTP {
 	out := make([]cgTP, 0, len(s))

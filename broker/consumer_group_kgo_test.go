@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -330,17 +329,6 @@ func TestConsumerGroupKgoTransactSession(t *testing.T) {
 	}
 	mu.Unlock()
 
-	reader := newTestClient(t, c,
-		kgo.ConsumeTopics(out),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)
-	values, _ := groupPollUntil(t, len(inputs), reader)
-	want := make([]string, len(inputs))
-	for i, v := range inputs {
-		want[i] = "out:" + v
-	}
-	require.ElementsMatch(t, want, values[0])
-	require.Equal(t, 0, c.handlerPanics, fmt.Sprint("handler panics"))
+	groupRequireOutputs(t, c, out, inputs)
+	require.Equal(t, 0, c.handlerPanics)
 }

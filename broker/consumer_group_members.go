@@ -92,14 +92,10 @@ func cloneAssigned(m *consumerMember) cgPartitions { return m.assigned.clone() }
 func heartbeatAssignment(parts cgPartitions) *kmsg.ConsumerGroupHeartbeatResponseAssignment {
 	a := kmsg.NewConsumerGroupHeartbeatResponseAssignment()
 	a.Topics = []kmsg.ConsumerGroupHeartbeatResponseAssignmentTopic{}
-	for _, tp := range parts.sorted() {
-		if n := len(a.Topics); n == 0 || a.Topics[n-1].TopicID != tp.topicID {
-			t := kmsg.NewConsumerGroupHeartbeatResponseAssignmentTopic()
-			t.TopicID = tp.topicID
-			a.Topics = append(a.Topics, t)
-		}
-		t := &a.Topics[len(a.Topics)-1]
-		t.Partitions = append(t.Partitions, tp.partition)
+	for _, tp := range parts.byTopic() {
+		t := kmsg.NewConsumerGroupHeartbeatResponseAssignmentTopic()
+		t.TopicID, t.Partitions = tp.topicID, tp.partitions
+		a.Topics = append(a.Topics, t)
 	}
 	return &a
 }

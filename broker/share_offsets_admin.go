@@ -39,6 +39,21 @@ func (sc *shareCoordinator) emptyShareGroup(node int32, group string, create boo
 	return g, nil, ""
 }
 
+// checkOffsetsAdmin applies the group-level checks AlterShareGroupOffsets
+// and DeleteShareGroupOffsets share: INVALID_GROUP_ID for the empty group
+// id, then those of emptyShareGroup. It returns the error with Kafka's
+// message, or nil.
+func (sc *shareCoordinator) checkOffsetsAdmin(node int32, group string, create bool) (*kerr.Error, string) {
+	if group == "" {
+		return kerr.InvalidGroupID, kerr.InvalidGroupID.Description
+	}
+	_, err, msg := sc.emptyShareGroup(node, group, create)
+	if err != nil && msg == "" {
+		msg = err.Description
+	}
+	return err, msg
+}
+
 // resetShareState replaces key's share state with a fresh one starting at
 // start (where share.auto.offset.reset says when start is negative): a
 // tombstone, which also drops acknowledgements staged by open

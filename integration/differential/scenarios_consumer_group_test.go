@@ -314,27 +314,6 @@ func (tg *target) cgFetch(ctx context.Context, group string, member *string, epo
 	return fmt.Sprintf("%s offset=%d", errName(p.ErrorCode), p.Offset)
 }
 
-// cgTxnCommit commits offset of topic/partition in a transaction as member
-// at epoch (TxnOffsetCommit v5).
-func (tg *target) cgTxnCommit(ctx context.Context, txnID string, pid int64, pepoch int16, group, member string, epoch int32, topic string, partition int32, offset int64) string {
-	tg.t.Helper()
-	req := kmsg.NewPtrTxnOffsetCommitRequest()
-	req.TransactionalID, req.Group = txnID, group
-	req.ProducerID, req.ProducerEpoch = pid, pepoch
-	req.Generation, req.MemberID = epoch, member
-	rt := kmsg.NewTxnOffsetCommitRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-	rp.Partition, rp.Offset, rp.LeaderEpoch = partition, offset, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp := tg.send(ctx, vTxnOffsetTV2, req).(*kmsg.TxnOffsetCommitResponse)
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return fmt.Sprintf("%d topics answered", len(resp.Topics))
-	}
-	return errName(resp.Topics[0].Partitions[0].ErrorCode)
-}
-
 // offsetDelete deletes topic/partition's offset of group.
 func (tg *target) offsetDelete(ctx context.Context, group, topic string, partition int32) string {
 	tg.t.Helper()
@@ -411,12 +390,12 @@ func scenarioConsumerOffsets(ctx context.Context, tg *target, tr *transcript) {
 
 	txnID := tg.name("cgo-txn")
 	pid, pepoch := tg.initTxn(ctx, txnID, 60000)
-	tr.add("txn commit at the member epoch", "%s", tg.cgTxnCommit(ctx, txnID, pid, pepoch, group, m1.id, m1.epoch, topic, kept, 30))
-	tr.add("txn commit ahead of the member epoch", "%s", tg.cgTxnCommit(ctx, txnID, pid, pepoch, group, m1.id, m1.epoch+1, topic, kept, 31))
-	tr.add("txn commit at the previous epoch, for a partition held since", "%s", tg.cgTxnCommit(ctx, txnID, pid, pepoch, group, m1.id, e, topic, kept, 33))
-	tr.add("txn commit at the previous epoch, for a partition now another's", "%s", tg.cgTxnCommit(ctx, txnID, pid, pepoch, group, m1.id, e, topic, lost, 34))
+	tr.add("txn commit at the member epoch", "%s", tg.txnOffsetCommitAs(ctx, vTxnOffsetTV2, txnID, pid, pepoch, group, m1.id, m1.epoch, topic, kept, 30))
+	tr.add("txn commit ahead of the member epoch", "%s", tg.txnOffsetCommitAs(ctx, vTxnOffsetTV2, txnID, pid, pepoch, group, m1.id, m1.epoch+1, topic, kept, 31))
+	tr.add("txn commit at the previous epoch, for a partition held since", "%s", tg.txnOffsetCommitAs(ctx, vTxnOffsetTV2, txnID, pid, pepoch, group, m1.id, e, topic, kept, 33))
+	tr.add("txn commit at the previous epoch, for a partition now another's", "%s", tg.txnOffsetCommitAs(ctx, vTxnOffsetTV2, txnID, pid, pepoch, group, m1.id, e, topic, lost, 34))
 	tr.add("fetch as the member at its previous epoch", "%s", tg.cgFetch(ctx, group, &id, e, topic, kept))
-	tr.add("txn commit without a member", "%s", tg.cgTxnCommit(ctx, txnID, pid, pepoch, group, "", -1, topic, kept, 32))
+	tr.add("txn commit without a member", "%s", tg.txnOffsetCommitAs(ctx, vTxnOffsetTV2, txnID, pid, pepoch, group, "", -1, topic, kept, 32))
 	tr.add("end the transaction", "%s", errName(tg.endTxn(ctx, vEndTxnTV2, txnID, pid, pepoch, true).ErrorCode))
 	tg.waitTxnSettled(ctx, txnID)
 	tr.add("fetch the transactional commit", "%s", tg.cgFetch(ctx, group, nil, -1, topic, kept))

@@ -107,7 +107,8 @@ final class CtpScenario implements Scenario {
             throw new Mismatch("sendOffsetsToTransaction never carried a member epoch: " + maxEpoch);
         }
 
-        List<String> outputs = readCommitted(env, out, deadline);
+        List<String> outputs = new ArrayList<>();
+        env.readAll(out, PARTITIONS, "read_committed", deadline).values().forEach(outputs::addAll);
         List<String> want = new ArrayList<>();
         for (String v : inputs) {
             want.add("out:" + v);
@@ -175,44 +176,6 @@ final class CtpScenario implements Scenario {
                 consumer.seek(tp, at.offset());
             }
         }
-    }
-
-    private static List<String> readCommitted(Env env, String topic, Instant deadline) throws Mismatch {
-        Properties p = env.base("kshare-java-ctp-reader");
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Long.toString(Env.CALL_TIMEOUT.toMillis()));
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        List<TopicPartition> tps = new ArrayList<>();
-        for (int i = 0; i < PARTITIONS; i++) {
-            tps.add(new TopicPartition(topic, i));
-        }
-        List<String> seen = new ArrayList<>();
-        try (KafkaConsumer<String, String> reader = new KafkaConsumer<>(p)) {
-            reader.assign(tps);
-            reader.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = reader.endOffsets(tps, Env.CALL_TIMEOUT);
-            while (!reached(reader, tps, end)) {
-                if (Instant.now().isAfter(deadline)) {
-                    throw new Mismatch("the reader did not reach the end offsets " + end + "; read so far: " + seen);
-                }
-                for (ConsumerRecord<String, String> rec : reader.poll(Duration.ofMillis(200))) {
-                    seen.add(rec.value());
-                }
-            }
-        }
-        return seen;
-    }
-
-    private static boolean reached(KafkaConsumer<String, String> consumer, List<TopicPartition> tps,
-            Map<TopicPartition, Long> end) {
-        for (TopicPartition tp : tps) {
-            if (consumer.position(tp, Env.CALL_TIMEOUT) < end.get(tp)) {
-                return false;
-            }
-        }
-        return true;
     }
 
     /** The group is a consumer-type group that committed the input's end offsets. */
