@@ -3,8 +3,6 @@ package broker
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -21,20 +19,9 @@ import (
 // answer (for other answers, whatever their body starts with).
 func rawErrorCode(t testing.TB, c *Cluster, node int32, req kmsg.Request) int16 {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", c.nodes[node].addr(), 5*time.Second)
-	require.NoError(t, err)
-	defer conn.Close()
-	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
-	_, err = conn.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("mixed-test")).AppendRequest(nil, req, 9))
-	require.NoError(t, err)
-	var size [4]byte
-	_, err = io.ReadFull(conn, size[:])
-	require.NoError(t, err)
-	frame := make([]byte, binary.BigEndian.Uint32(size[:]))
-	_, err = io.ReadFull(conn, frame)
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(frame), 6)
-	return int16(binary.BigEndian.Uint16(frame[4:]))
+	body := wireRoundTrip(t, c, node, req)
+	require.GreaterOrEqual(t, len(body), 2)
+	return int16(binary.BigEndian.Uint16(body))
 }
 
 // markerVersionsSeen records, per node, the WriteTxnMarkers versions it
