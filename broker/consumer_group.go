@@ -234,7 +234,7 @@ func (cg *consumerGroup) orderedMembers() []*consumerMember {
 
 // compileSubscriptionRegex compiles a subscription regex as Kafka matches
 // it: against the whole topic name. Go's RE2 syntax is what Kafka's RE2/J
-// accepts, with small differences (docs/broker.md).
+// accepts, but for constructs only one of them knows (docs/broker.md).
 func compileSubscriptionRegex(expr string) (*regexp.Regexp, error) {
 	re, err := regexp.Compile(`^(?:` + expr + `)$`)
 	if err != nil {

@@ -175,3 +175,35 @@ func TestAssignorsWithoutMembers(t *testing.T) {
 		require.Empty(t, fn(nil, map[[16]byte]int32{asgTopic(1): 3}), name)
 	}
 }
+
+// BenchmarkConsumerGroupHeartbeat measures a steady-state heartbeat (no
+// change: the member is stable) as the group grows: the work every member
+// causes every heartbeat interval.
+func BenchmarkConsumerGroupHeartbeat(b *testing.B) {
+	for _, members := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) {
+			c := newTestCluster(b)
+			createTopic(b, c, "bench", 100)
+			var ms []*cgMember
+			for i := 0; i < members; i++ {
+				m := newCGMember(b, c, "bench-group", fmt.Sprintf("m%03d", i))
+				m.join("bench")
+				ms = append(ms, m)
+			}
+			for settled := false; !settled; { // every member reconciles
+				settled = true
+				for _, m := range ms {
+					before := m.epoch
+					m.heartbeat()
+					settled = settled && m.epoch == before
+				}
+			}
+			m := ms[0]
+			req := m.hbReq()
+			b.ReportAllocs()
+			for b.Loop() {
+				m.do(req)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func buildBroker(t *testing.T) string {
@@ -65,5 +66,39 @@ func TestBadFlagsFail(t *testing.T) {
 		require.ErrorAs(t, err, &exit, "args %v: %s", args, out)
 		require.NotEqual(t, 0, exit.ExitCode())
 		require.Contains(t, string(out), "kshare-broker", "args %v must say what is wrong", args)
+	}
+}
+
+// TestOldNodesFlag: -old-nodes makes the named node advertise
+// WriteTxnMarkers up to v1 only, the others v2.
+func TestOldNodesFlag(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-nodes", "2", "-old-nodes", "1", "-log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	require.True(t, lines.Scan(), "no ready line")
+	seeds := strings.Split(strings.TrimPrefix(lines.Text(), "kshare-broker ready bootstrap="), ",")
+	require.Len(t, seeds, 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	for node, want := range []int16{2, 1} {
+		resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl.Broker(node))
+		require.NoError(t, err)
+		got := int16(-1)
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey == 27 {
+				got = k.MaxVersion
+			}
+		}
+		require.Equal(t, want, got, "node %d", node)
 	}
 }
