@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -106,25 +105,6 @@ func (tg *target) shareStartOffsets(ctx context.Context, group, topic string, al
 	}
 	sort.Strings(out)
 	return "OK " + strings.Join(out, " ")
-}
-
-// eventually asks get until done accepts its answer, for at most ten
-// seconds, and returns the last answer: where the real Kafka settles
-// asynchronously, a transcript records what it settled on, or what it
-// still said when the wait ended.
-func (tg *target) eventually(ctx context.Context, get func() string, done func(string) bool) string {
-	tg.t.Helper()
-	var got string
-	for i := 0; i < 50; i++ {
-		if got = get(); done(got) || ctx.Err() != nil {
-			return got
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return got
 }
 
 func scenarioShareOffsetsAdmin(ctx context.Context, tg *target, tr *transcript) {
