@@ -1,4 +1,4 @@
-package integration
+package main
 
 import (
 	"context"
@@ -55,12 +55,16 @@ func runPipelineOn(t *testing.T, c *broker.Cluster, faults eos.Faults, shape pip
 	logger := pipelineLogger()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	records := shape.records
+	if records == 0 {
+		records = pipelineRecords()
+	}
 	sum, err := eos.Run(ctx, eos.Config{
 		Seeds:        c.Bootstrap(),
 		Input:        "input",
 		Output:       "output",
 		Group:        "pipeline",
-		Records:      pipelineRecords(),
+		Records:      records,
 		Workers:      4,
 		TxnSize:      shape.txnSize,
 		TxnTimeout:   10 * time.Second,
@@ -69,7 +73,7 @@ func runPipelineOn(t *testing.T, c *broker.Cluster, faults eos.Faults, shape pip
 		Faults:       faults,
 		MaxDuration:  3 * time.Minute,
 		Logger:       logger,
-	})
+	}, runWorker)
 	require.NoError(t, err)
 	var table bytesBuffer
 	require.NoError(t, sum.WriteTable(&table))
@@ -78,10 +82,12 @@ func runPipelineOn(t *testing.T, c *broker.Cluster, faults eos.Faults, shape pip
 }
 
 // pipelineShape sets how big transactions are and how long each is held
-// open before it commits.
+// open before it commits, and how many records the run has (0:
+// pipelineRecords).
 type pipelineShape struct {
 	txnSize int
 	hold    time.Duration
+	records int
 }
 
 var (
@@ -96,23 +102,26 @@ type bytesBuffer struct{ b []byte }
 func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
 func (w *bytesBuffer) String() string              { return string(w.b) }
 
-// requireExactlyOnce asserts zero duplicates, zero missing and every input
-// acknowledged, and that the named faults actually fired. Bounded faults
-// never bring a record to the delivery limit, so none may be archived;
-// runs that abort transactions on purpose may archive a few (a record whose
-// every delivery lands in an aborted transaction), and the checker must
-// account for each of them.
+// requireExactlyOnce asserts the verdict OK: zero duplicates, zero
+// missing, every input acknowledged, nothing archived after a failure, and
+// that the named faults actually fired. Bounded faults never bring a
+// record to the delivery limit; runs that abort transactions on purpose
+// may archive a few (a record whose every delivery lands in an aborted
+// transaction), and the checker must account for each of them as archived
+// on purpose.
 func requireExactlyOnce(t *testing.T, sum eos.Summary, abortsOnPurpose bool, faults ...string) {
 	t.Helper()
 	require.Zero(t, sum.Duplicates, "duplicates: %v", sum.DuplicateSample)
 	require.Zero(t, sum.Missing, "missing: %v", sum.MissingSample)
 	require.Zero(t, sum.Unknown)
+	require.Zero(t, sum.ArchivedByFailure, "bounded faults must not reach the delivery limit")
 	if !abortsOnPurpose {
-		require.Zero(t, sum.Archived, "bounded faults must not reach the delivery limit")
+		require.Zero(t, sum.ArchivedOnPurpose)
 	}
 	require.Zero(t, sum.Unacknowledged)
-	require.Equal(t, sum.Inputs, sum.Outputs+sum.Archived)
-	require.True(t, sum.OK(), sum.Verdict())
+	require.Equal(t, sum.Inputs, sum.Outputs+sum.ArchivedOnPurpose)
+	require.True(t, sum.OK, sum.Line())
+	require.Equal(t, eos.ExitOK, sum.ExitCode())
 	for _, f := range faults {
 		require.Positive(t, sum.Faults[f], "fault %s never fired", f)
 	}
@@ -177,8 +186,9 @@ func TestCheckerDetectsLegacyMarkerViolation(t *testing.T) {
 		broker.LateMarkerCopies(5*time.Millisecond),
 		broker.LegacyMarkerValidation(true),
 	)
-	require.False(t, sum.OK(), "the legacy marker rule must break exactly-once here")
+	require.False(t, sum.OK, "the legacy marker rule must break exactly-once here")
 	require.Positive(t, sum.Duplicates+sum.Missing, "the checker must report the violation")
-	require.Contains(t, sum.Verdict(), "exactly-once: FAILED")
-	t.Logf("violation detected: %s", sum.Verdict())
+	require.Contains(t, sum.Line(), "exactly-once: FAILED")
+	require.Equal(t, eos.ExitFailed, sum.ExitCode())
+	t.Logf("violation detected: %s", sum.Line())
 }
