@@ -23,14 +23,11 @@ func buildBroker(t *testing.T) string {
 	return bin
 }
 
-// TestReadyLineServeAndStop starts the command as a process: it prints
-// exactly one ready line naming every node, serves Kafka clients, and exits
-// cleanly on SIGTERM.
-func TestReadyLineServeAndStop(t *testing.T) {
-	bin := buildBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
+// startBroker starts the command with args and returns it, its stdout
+// after the ready line, and the bootstrap addresses the line names.
+func startBroker(ctx context.Context, t *testing.T, bin string, args ...string) (*exec.Cmd, *bufio.Scanner, []string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -38,7 +35,17 @@ func TestReadyLineServeAndStop(t *testing.T) {
 	require.True(t, lines.Scan(), "no ready line")
 	ready := lines.Text()
 	require.True(t, strings.HasPrefix(ready, "kshare-broker ready bootstrap="), ready)
-	seeds := strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
+	return cmd, lines, strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
+}
+
+// TestReadyLineServeAndStop starts the command as a process: it prints
+// exactly one ready line naming every node, serves Kafka clients, and exits
+// cleanly on SIGTERM.
+func TestReadyLineServeAndStop(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, lines, seeds := startBroker(ctx, t, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
 	require.Len(t, seeds, 3)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation())
@@ -75,17 +82,11 @@ func TestOldNodesFlag(t *testing.T) {
 	bin := buildBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-nodes", "2", "-old-nodes", "1", "-log-level", "warn")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	cmd, _, seeds := startBroker(ctx, t, bin, "-nodes", "2", "-old-nodes", "1", "-log-level", "warn")
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	lines := bufio.NewScanner(stdout)
-	require.True(t, lines.Scan(), "no ready line")
-	seeds := strings.Split(strings.TrimPrefix(lines.Text(), "kshare-broker ready bootstrap="), ",")
 	require.Len(t, seeds, 2)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	require.NoError(t, err)
