@@ -182,8 +182,12 @@ func TestExactlyOnceFaultMatrix(t *testing.T) {
 // holds duplicates. The checker must see it. The same run with the strict
 // rule is exactly-once (the "late marker copies" case of the matrix).
 func TestCheckerDetectsLegacyMarkerViolation(t *testing.T) {
-	sum := runPipeline(t, eos.Faults{AbortEvery: 2}, slowTxns,
-		broker.LateMarkerCopies(5*time.Millisecond),
+	// heldTxns and lateCopy (see mixedversions_test.go) make the window in
+	// which a late copy meets the next transaction hundreds of
+	// milliseconds wide: with a 5 ms copy and 20 ms holds a loaded
+	// machine could run the whole pipeline without one violation.
+	sum := runPipeline(t, eos.Faults{AbortEvery: 2}, heldTxns,
+		broker.LateMarkerCopies(lateCopy),
 		broker.LegacyMarkerValidation(true),
 	)
 	require.False(t, sum.OK, "the legacy marker rule must break exactly-once here")
