@@ -16,7 +16,11 @@ package broker
 // only verifies that the client added it (KIP-890 part 1: a partition it
 // did not add is TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE below),
 // and a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka answers. Clients
-// may not write to internal topics. Skipped: quotas, record-level
+// may not write to internal topics. A batch larger than the topic's
+// max.message.bytes (default 1048588, Kafka's message.max.bytes) is
+// MESSAGE_TOO_LARGE for its partition, checked before the CRC as Kafka
+// checks it; the size is the whole batch, its 12-byte log overhead
+// included (topic_limits.go). Skipped: quotas, record-level
 // validation of compressed batches (the broker stores batches as they
 // arrive), timestamp overrides.
 
@@ -116,7 +120,7 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 	if t.internal {
 		return kerr.InvalidTopicException
 	}
-	batches, err := splitBatches(rp.Records, version)
+	batches, err := splitBatches(rp.Records, version, t.maxMessageBytes())
 	if err != nil {
 		var be *errBatch
 		if errors.As(err, &be) {

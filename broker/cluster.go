@@ -134,6 +134,13 @@ func (cfg *config) validate() error {
 		return fmt.Errorf("broker: FirstProducerEpoch(%d) must be in 0..%d", cfg.firstProducerEpoch, math.MaxInt16-1)
 	case cfg.legacyStaleCoordinator < 0, cfg.lateMarkerCopies < 0:
 		return errors.New("broker: debug durations must not be negative")
+	case cfg.consumerSessionTimeout < time.Millisecond, cfg.consumerHeartbeatInterval < time.Millisecond:
+		return errors.New("broker: consumer group session timeout and heartbeat interval must be at least 1ms")
+	}
+	for id := range cfg.oldNodes {
+		if id < 0 || int(id) >= cfg.nodes {
+			return fmt.Errorf("broker: OldNodes(%d): the cluster has nodes 0..%d", id, cfg.nodes-1)
+		}
 	}
 	return nil
 }

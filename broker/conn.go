@@ -154,10 +154,10 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 		version: int16(binary.BigEndian.Uint16(frame[2:])),
 		corr:    int32(binary.BigEndian.Uint32(frame[4:])),
 	}
-	api, known := c.api(hdr.key)
+	api, known := c.api(cc.node, hdr.key)
 	if !known || hdr.version < api.min || hdr.version > api.max {
 		if hdr.key == 18 { // ApiVersions: the protocol's answer is a v0 response listing what is supported
-			return c.encodeResponse(hdr, c.unsupportedApiVersions()), true, nil
+			return c.encodeResponse(hdr, c.unsupportedApiVersions(cc.node)), true, nil
 		}
 		c.logger.Warn("unsupported request", "node", cc.node.id, "key", hdr.key, "version", hdr.version)
 		return unsupportedVersionFrame(hdr.corr), true, nil

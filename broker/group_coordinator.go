@@ -1,6 +1,6 @@
 package broker
 
-// The group coordinator of classic consumer groups.
+// The group coordinator of classic and KIP-848 consumer groups.
 //
 // Each node runs the coordinator of the __consumer_offsets partitions it
 // leads; a group lives on partition CoordinatorPartition(0, group). The
@@ -14,12 +14,12 @@ package broker
 //
 // Timeouts (member sessions, the join and sync windows of a rebalance,
 // member ids handed out with MEMBER_ID_REQUIRED) are swept by onTick.
+// KIP-848 consumer groups live in the same shards (consumer_group.go).
 // Deliberately skipped: the initial rebalance delay of an empty group (a
 // group completes its first join as soon as its members have joined),
-// offset retention and expiry, KIP-848 consumer groups (ConsumerGroupHeartbeat
-// is not served, so clients use the classic protocol), and the minimum
-// session timeout of 6s (any positive timeout up to the maximum is
-// accepted, so tests can expire sessions quickly).
+// offset retention and expiry, and the minimum session timeout of 6s (any
+// positive timeout up to the maximum is accepted, so tests can expire
+// sessions quickly).
 
 import (
 	"time"
@@ -147,6 +147,10 @@ func (g *groupCoordinator) tick(now time.Time) {
 			continue
 		}
 		for _, grp := range st.groups {
+			if grp.consumer != nil {
+				g.sweepConsumerGroup(st, grp, now)
+				continue
+			}
 			g.sweepGroup(st, grp, now)
 		}
 	}

@@ -28,7 +28,8 @@ package broker
 //	      nil = the group was deleted (DeleteGroups)
 //
 // Replay applies the records in log order; a group loaded with members is
-// Stable and its members' sessions start at load time.
+// Stable and its members' sessions start at load time. Consumer groups
+// (KIP-848) write their own kinds of record (consumer_group_records.go).
 
 import (
 	"encoding/binary"
@@ -50,6 +51,7 @@ type groupRecordKey struct {
 	Group     string `json:"group"`
 	Topic     string `json:"topic,omitempty"`
 	Partition int32  `json:"partition"`
+	Member    string `json:"member,omitempty"`
 }
 
 type offsetRecordValue struct {
@@ -188,6 +190,8 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 		}
 		st.ensureGroup(key.Group).restore(v, now)
 		return nil
+	case groupRecordConsumerGroup, groupRecordConsumerMember:
+		return st.replayConsumerRecord(key, rec.value, now)
 	default:
 		return fmt.Errorf("unknown record kind %q", key.Kind)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func buildBroker(t *testing.T) string {
@@ -22,14 +23,11 @@ func buildBroker(t *testing.T) string {
 	return bin
 }
 
-// TestReadyLineServeAndStop starts the command as a process: it prints
-// exactly one ready line naming every node, serves Kafka clients, and exits
-// cleanly on SIGTERM.
-func TestReadyLineServeAndStop(t *testing.T) {
-	bin := buildBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
+// startBroker starts the command with args and returns it, its stdout
+// after the ready line, and the bootstrap addresses the line names.
+func startBroker(ctx context.Context, t *testing.T, bin string, args ...string) (*exec.Cmd, *bufio.Scanner, []string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -37,7 +35,17 @@ func TestReadyLineServeAndStop(t *testing.T) {
 	require.True(t, lines.Scan(), "no ready line")
 	ready := lines.Text()
 	require.True(t, strings.HasPrefix(ready, "kshare-broker ready bootstrap="), ready)
-	seeds := strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
+	return cmd, lines, strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
+}
+
+// TestReadyLineServeAndStop starts the command as a process: it prints
+// exactly one ready line naming every node, serves Kafka clients, and exits
+// cleanly on SIGTERM.
+func TestReadyLineServeAndStop(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, lines, seeds := startBroker(ctx, t, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
 	require.Len(t, seeds, 3)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation())
@@ -57,11 +65,41 @@ func TestBadFlagsFail(t *testing.T) {
 		{"-log-level", "loud"},
 		{"-port", "70000"},
 		{"-no-such-flag"},
+		{"-old-nodes", "x"},
+		{"-nodes", "2", "-old-nodes", "2"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit, "args %v: %s", args, out)
 		require.NotEqual(t, 0, exit.ExitCode())
 		require.Contains(t, string(out), "kshare-broker", "args %v must say what is wrong", args)
+	}
+}
+
+// TestOldNodesFlag: -old-nodes makes the named node advertise
+// WriteTxnMarkers up to v1 only, the others v2.
+func TestOldNodesFlag(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, _, seeds := startBroker(ctx, t, bin, "-nodes", "2", "-old-nodes", "1", "-log-level", "warn")
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	require.Len(t, seeds, 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	for node, want := range []int16{2, 1} {
+		resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl.Broker(node))
+		require.NoError(t, err)
+		got := int16(-1)
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey == 27 {
+				got = k.MaxVersion
+			}
+		}
+		require.Equal(t, want, got, "node %d", node)
 	}
 }

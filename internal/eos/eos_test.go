@@ -36,17 +36,36 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	require.Equal(t, VerdictOK, NewResult(check, "", time.Second).Verdict)
 	require.Equal(t, n, check.Outputs)
 	require.Equal(t, n, check.Acknowledged)
+	require.Nil(t, check.DuplicatesByPartition)
+	require.Nil(t, check.MissingByPartition)
 
-	require.NoError(t, cl.ProduceSync(ctx,
-		&kgo.Record{Topic: "out", Value: []byte(ID(7))},
+	// The extra copy carries the id as its key, as a pipeline's output
+	// does, so it lands in the partition of the first copy.
+	produced := cl.ProduceSync(ctx,
+		&kgo.Record{Topic: "out", Key: []byte(ID(7)), Value: []byte(ID(7))},
 		&kgo.Record{Topic: "out", Value: []byte("not-an-id")},
-	).FirstErr())
+	)
+	require.NoError(t, produced.FirstErr())
 	bigger := testInput(n+3, 0)
 	check, err = ReadCommitted(ctx, seeds, "out", bigger, allAcknowledged(bigger), map[string]Archive{ID(n + 2): ArchivedByFailure}, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 1, check.Duplicates)
 	require.Equal(t, []string{ID(7)}, check.DuplicateSample)
+	var copyPartition int32 = -1
+	for _, r := range produced { // results arrive in completion order
+		if string(r.Record.Value) == ID(7) {
+			copyPartition = r.Record.Partition
+		}
+	}
+	require.Equal(t, map[int32]int{copyPartition: 2}, check.DuplicatesByPartition,
+		"both copies are attributed to the partition holding them")
 	require.Equal(t, 2, check.Missing)
+	missing := 0
+	for p, n := range check.MissingByPartition {
+		require.True(t, p >= 0 && p < 3, "partition %d", p)
+		missing += n
+	}
+	require.Equal(t, 2, missing, "each missing id is counted at the partition its key hashes to")
 	require.Equal(t, 1, check.ArchivedByFailure, "a missing id known to be archived is reported as such")
 	require.Equal(t, 1, check.Unknown)
 	require.Equal(t, VerdictFailed, NewResult(check, "", time.Second).Verdict)

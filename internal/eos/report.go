@@ -50,6 +50,13 @@ func writeTable(w io.Writer, rows [][2]string, faults map[string]int64, r Result
 	if len(r.DuplicateSample) > 0 {
 		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(r.DuplicateSample)})
 	}
+	if len(r.MissingByPartition) > 0 {
+		rows = append(rows, [2]string{"missing by output partition", fmt.Sprint(r.MissingByPartition)})
+	}
+	if len(r.DuplicatesByPartition) > 0 {
+		// fmt prints maps sorted by key.
+		rows = append(rows, [2]string{"duplicate copies by output partition", fmt.Sprint(r.DuplicatesByPartition)})
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])

@@ -67,6 +67,16 @@ type Check struct {
 	MissingSample []string `json:"missing_sample,omitempty"`
 	// DuplicateSample lists the first ids seen more than once.
 	DuplicateSample []string `json:"duplicate_sample,omitempty"`
+	// DuplicatesByPartition counts, for each output partition, the copies
+	// it holds of ids seen more than once: where a duplication happened,
+	// since every copy of an id lands in the partition its key hashes
+	// to. Only ReadCommitted fills it.
+	DuplicatesByPartition map[int32]int `json:"duplicates_by_partition,omitempty"`
+	// MissingByPartition counts the Missing inputs by the output partition
+	// their key hashes to with kgo's default partitioner, which the
+	// pipeline's producers use: where their output went missing. Only
+	// ReadCommitted fills it.
+	MissingByPartition map[int32]int `json:"missing_by_partition,omitempty"`
 }
 
 const sampleSize = 5
@@ -95,12 +105,16 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input,
 		return Check{}, err
 	}
 	counts := make(map[string]int, in.N)
+	perPartition := make(map[int32]map[string]int)
 	outputs := 0
 	var readErr error
 	ends.Each(func(o kadm.ListedOffset) {
 		if readErr == nil && o.Offset > 0 {
+			here := make(map[string]int)
+			perPartition[o.Partition] = here
 			readErr = readPartition(ctx, cl, topic, o.Partition, o.Offset, func(value []byte) {
 				counts[string(value)]++
+				here[string(value)]++
 				outputs++
 			})
 		}
@@ -108,7 +122,50 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input,
 	if readErr != nil {
 		return Check{}, readErr
 	}
-	return checkCounts(counts, outputs, in, start, archived), nil
+	check := checkCounts(counts, outputs, in, start, archived)
+	check.DuplicatesByPartition = duplicatesByPartition(counts, perPartition)
+	check.MissingByPartition = missingByPartition(counts, in, start, archived, topic, len(ends[topic]))
+	return check, nil
+}
+
+// duplicatesByPartition counts, per partition, the copies there of values
+// seen more than once in all; nil when there are none.
+func duplicatesByPartition(counts map[string]int, perPartition map[int32]map[string]int) map[int32]int {
+	var out map[int32]int
+	for p, here := range perPartition {
+		for v, n := range here {
+			if counts[v] > 1 {
+				if out == nil {
+					out = make(map[int32]int)
+				}
+				out[p] += n
+			}
+		}
+	}
+	return out
+}
+
+// missingByPartition counts the inputs checkCounts calls Missing
+// (acknowledged, not poison, never output, not archived) by the partition
+// of n that kgo's default partitioner gives their key, ID(i); nil when
+// none is missing.
+func missingByPartition(counts map[string]int, in *Input, start map[int32]int64, archived map[string]Archive, topic string, n int) map[int32]int {
+	if n == 0 {
+		return nil
+	}
+	partitioner := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	var out map[int32]int
+	for i := 0; i < in.N; i++ {
+		v := in.Value(i)
+		if counts[v] > 0 || in.Poison(i) || !in.acknowledged(i, start) || archived[v] != 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[int32]int)
+		}
+		out[int32(partitioner.Partition(&kgo.Record{Key: []byte(ID(i))}, n))]++
+	}
+	return out
 }
 
 // checkCounts compares counts, how many times each output value was seen
