@@ -36,6 +36,8 @@ type Cluster struct {
 	connsMu sync.Mutex
 	conns   map[*clientConn]struct{}
 
+	faults faultHooks // test fault injection (faults.go)
+
 	// Everything below is owned by the run loop.
 	topics          map[string]*topic
 	topicsByID      map[[16]byte]*topic
