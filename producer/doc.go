@@ -7,12 +7,12 @@
 // idempotent, transactional RecordBatch v2 batches (linger, batch size, a
 // few requests in flight per broker, one batch in flight per partition so
 // that sequence numbers stay ordered across retries), and drives a
-// txnclient.Manager for the transaction. See package txnclient for why kgo's
+// txn.Manager for the transaction. See package txnclient for why kgo's
 // own transactional producer cannot be used, and for the error taxonomy:
-// every error matches txnclient.ErrAbortable (abort and redo),
-// txnclient.ErrInDoubt (a commit's answer was lost: abort, which learns the
-// outcome), txnclient.ErrCommitted (that abort found it had committed),
-// txnclient.ErrFatal (close) or txnclient.ErrUsage (fix the code, or the
+// every error matches txn.ErrAbortable (abort and redo),
+// txn.ErrInDoubt (a commit's answer was lost: abort, which learns the
+// outcome), txn.ErrCommitted (that abort found it had committed),
+// txn.ErrFatal (close) or txn.ErrUsage (fix the code, or the
 // producer is closed).
 //
 // A consume-transform-produce loop with a share consumer:
@@ -24,7 +24,7 @@
 //	p.SendShareAcksToTransaction(ctx, acks, consumer.GroupMetadata())
 //	err := p.CommitTransaction(ctx)   // flush, acks, EndTxn
 //	switch {
-//	case errors.Is(err, txnclient.ErrFatal):
+//	case errors.Is(err, txn.ErrFatal):
 //		return err                     // fenced: close
 //	case err != nil:                   // ErrAbortable or ErrInDoubt
 //		p.AbortTransaction(ctx)        // outputs discarded, inputs redelivered;

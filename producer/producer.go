@@ -11,13 +11,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
 
 // Producer is a transactional Kafka producer on kgo's transport. It batches
 // records per partition into idempotent, transactional RecordBatch v2
-// batches and owns the transaction through a txnclient.Manager, so that
+// batches and owns the transaction through a txn.Manager, so that
 // share acknowledgements (KIP-1289) can join its transactions and a
 // transaction that carries only acknowledgements still commits.
 //
@@ -29,7 +31,7 @@ import (
 type Producer struct {
 	cfg        config
 	cl         *kgo.Client
-	txn        *txnclient.Manager
+	txn        *txn.Manager
 	compressor kgo.Compressor
 
 	ctx    context.Context // ends at Close; bounds produce requests
@@ -65,29 +67,29 @@ func New(opts ...Opt) (*Producer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
-			return nil, txnclient.Usage(op, errors.New("nil option"))
+			return nil, errs.Usage(op, errors.New("nil option"))
 		}
 		o.apply(&cfg)
 	}
 	if err := cfg.validate(); err != nil {
-		return nil, txnclient.Usage(op, err)
+		return nil, errs.Usage(op, err)
 	}
 	compressor, err := kgo.DefaultCompressor(cfg.compression...)
 	if err != nil {
-		return nil, txnclient.Usage(op, fmt.Errorf("compression: %w", err))
+		return nil, errs.Usage(op, fmt.Errorf("compression: %w", err))
 	}
 	kopts := []kgo.Opt{
 		kgo.ProduceRequestTimeout(cfg.produceTimeout),
-		kgo.MaxVersions(txnclient.KgoMaxVersions()),
+		kgo.MaxVersions(wire.KgoMaxVersions()),
 	}
 	if cfg.autoCreateTopics {
 		kopts = append(kopts, kgo.AllowAutoTopicCreation())
 	}
 	cl, err := cfg.conn.NewClient(kopts...)
 	if err != nil {
-		return nil, txnclient.Usage(op, err)
+		return nil, errs.Usage(op, err)
 	}
-	txn, err := txnclient.New(txnclient.Config{
+	mgr, err := txn.New(txn.Config{
 		Client:             cl,
 		TransactionalID:    cfg.txnID,
 		TransactionTimeout: cfg.txnTimeout,
@@ -101,7 +103,7 @@ func New(opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:        cfg,
 		cl:         cl,
-		txn:        txn,
+		txn:        mgr,
 		compressor: compressor,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -115,14 +117,43 @@ func New(opts ...Opt) (*Producer, error) {
 	return p, nil
 }
 
-// Client returns the underlying kgo client, for admin requests or a
-// consumer sharing the connections. Do not produce through it, and do not
-// close it: Close does.
+// Client returns the underlying kgo client, for admin requests (for
+// example kadm.NewClient(p.Client()), or shareconsumer.AlterGroupConfig).
+// Do not produce through it, and do not close it: Close does.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
-// Transactions returns the transaction manager, for its state and
-// producer id.
-func (p *Producer) Transactions() *txnclient.Manager { return p.txn }
+// Status describes a producer for logs and diagnostics. Do not drive a
+// program with it: the errors of the transaction calls say what to do.
+type Status struct {
+	TransactionalID string
+	// ProducerID and Epoch are -1 before InitTransactions succeeds. On
+	// TV2 clusters the epoch moves at every transaction end.
+	ProducerID int64
+	Epoch      int16
+	// State names where the producer is: "uninitialized", "ready",
+	// "in transaction", "committing", "aborting", "abortable error",
+	// "commit in doubt", "fatal error" or "closed".
+	State string
+	// TV2 reports whether the transaction coordinator runs transaction
+	// version 2 (KIP-890), as found by the last InitTransactions.
+	TV2 bool
+	// Err is the error that put the producer in an error state, or nil.
+	Err error
+}
+
+// Status returns the producer's current status without blocking (Err and
+// TV2 wait only for the manager's lock, never for a transaction call).
+func (p *Producer) Status() Status {
+	pid, epoch := p.txn.ProducerID()
+	return Status{
+		TransactionalID: p.cfg.txnID,
+		ProducerID:      pid,
+		Epoch:           epoch,
+		State:           p.txn.State().String(),
+		TV2:             p.txn.TV2(),
+		Err:             p.txn.Err(),
+	}
+}
 
 // InitTransactions gets a producer id and epoch, fencing any older producer
 // with the same transactional id, and detects whether the cluster runs
@@ -197,7 +228,7 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 	if err := p.Flush(ctx); err != nil {
 		return err
 	}
-	if st := p.txn.State(); st != txnclient.StateCommitting {
+	if st := p.txn.State(); st != txn.StateCommitting {
 		return p.txn.Err()
 	}
 	return nil
@@ -224,11 +255,26 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 // Records produced earlier need not be flushed first. Any failure,
 // including ctx ending, dooms the transaction (ErrAbortable): it must not
 // commit without the offsets.
-func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group txnclient.GroupMetadata) error {
+func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
 	if p.closing.Load() {
 		return errClosed("send offsets to transaction")
 	}
-	return p.txn.SendOffsets(ctx, offsets, group)
+	return p.txn.SendOffsets(ctx, offsets, txn.GroupMetadata(group))
+}
+
+// GroupMetadata identifies the consumer-group member whose offsets a
+// transaction commits (SendOffsetsToTransaction), as kgo's
+// GroupTransactSession or the Java client's ConsumerGroupMetadata does.
+// The group coordinator refuses the offsets (ErrAbortable) if the member
+// or generation is no longer current. An empty MemberID and Generation -1
+// skip that check.
+type GroupMetadata struct {
+	GroupID    string
+	MemberID   string
+	Generation int32
+	// InstanceID is the member's group.instance.id (static membership),
+	// nil for a dynamic member.
+	InstanceID *string
 }
 
 // SendShareAcksToTransaction adds share-group acknowledgements to the
@@ -240,8 +286,8 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[str
 // commit without them. Once acks.Tracker.Stage accepted them,
 // acks.Tracker.Resolve is called exactly once, when the outcome is known
 // (or at once, as not committed, if this call fails afterwards). Do not
-// modify acks afterwards; see txnclient.Manager.StageShareAcks.
-func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+// modify acks afterwards; see txn.Manager.StageShareAcks.
+func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	if p.closing.Load() {
 		return errClosed("send share acknowledgements to transaction")
 	}
@@ -254,7 +300,7 @@ func (p *Producer) Metrics() Metrics {
 	return p.metrics.snapshot(s)
 }
 
-func errClosed(op string) error { return txnclient.Usage(op, errors.New("producer is closed")) }
+func errClosed(op string) error { return errs.Closed(op, errors.New("producer is closed")) }
 
 // Produce buffers r for the current transaction and calls promise (if not
 // nil) once with r and its fate: nil once the broker has written it, or a
@@ -271,15 +317,15 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		promise = func(*kgo.Record, error) {}
 	}
 	if r == nil {
-		promise(r, txnclient.Usage(op, errors.New("nil record")))
+		promise(r, errs.Usage(op, errors.New("nil record")))
 		return
 	}
 	if ctx == nil {
-		promise(r, txnclient.Usage(op, errors.New("nil context")))
+		promise(r, errs.Usage(op, errors.New("nil context")))
 		return
 	}
 	if r.Topic == "" {
-		promise(r, txnclient.Usage(op, errors.New("record has no topic")))
+		promise(r, errs.Usage(op, errors.New("record has no topic")))
 		return
 	}
 	// Counting the record before checking the state pairs with Commit and
@@ -291,7 +337,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.refuseClosed(r, promise, st, txnNum)
 		return
 	}
-	if st != txnclient.StateInTransaction {
+	if st != txn.StateInTransaction {
 		p.doneRecords(1)
 		promise(r, p.stateErr(op, st))
 		return
@@ -320,9 +366,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 // transaction is still open, the transaction can no longer commit (the
 // application meant the record to be part of it), so it is doomed before
 // the record counts as resolved.
-func (p *Producer) refuseClosed(r *kgo.Record, promise func(*kgo.Record, error), st txnclient.State, txnNum uint64) {
-	if st == txnclient.StateInTransaction {
-		p.txn.FailTxn(txnNum, "produce", txnclient.Abortable("produce", errors.New("a record was refused: the producer is closing")))
+func (p *Producer) refuseClosed(r *kgo.Record, promise func(*kgo.Record, error), st txn.State, txnNum uint64) {
+	if st == txn.StateInTransaction {
+		p.txn.FailTxn(txnNum, "produce", errs.Abortable("produce", errors.New("a record was refused: the producer is closing")))
 	}
 	p.doneRecords(1)
 	promise(r, errClosed("produce"))
@@ -372,11 +418,11 @@ func (p *Producer) releaseSlots(n int) {
 	}
 }
 
-func (p *Producer) stateErr(op string, st txnclient.State) error {
+func (p *Producer) stateErr(op string, st txn.State) error {
 	if err := p.txn.Err(); err != nil {
 		return err
 	}
-	return txnclient.Usage(op, fmt.Errorf("no transaction in progress (state %s)", st))
+	return errs.Usage(op, fmt.Errorf("no transaction in progress (state %s)", st))
 }
 
 // failUnbuffered fails a record that never reached a batch; it dooms the
@@ -454,7 +500,7 @@ func (p *Producer) doneRecords(n int64) {
 // records that failed have already reported it to their promises.
 func (p *Producer) Flush(ctx context.Context) error {
 	if ctx == nil {
-		return txnclient.Usage("flush", errors.New("nil context"))
+		return errs.Usage("flush", errors.New("nil context"))
 	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
@@ -485,7 +531,7 @@ func (p *Producer) waitDrained(ctx context.Context) error {
 // drain fails every buffered record that is not in flight and waits for
 // those in flight: after it, nothing of the transaction is travelling.
 func (p *Producer) drain(ctx context.Context) error {
-	p.failQueued(txnclient.Abortable("produce", errors.New("transaction aborted before the record was sent")))
+	p.failQueued(errs.Abortable("produce", errors.New("transaction aborted before the record was sent")))
 	p.poke()
 	return p.waitDrained(ctx)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/wire"
 )
 
 // env is a bundled cluster with an admin client.
@@ -30,7 +30,7 @@ func newEnv(t testing.TB, opts ...broker.Opt) *env {
 	e := &env{t: t, c: testkit.Cluster(t, opts...), ctx: testkit.Context(t)}
 	// The admin client also sends the KIP-1289 requests, which kgo's
 	// default version pin leaves out.
-	e.admin = e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxVersions(txnclient.KgoMaxVersions()))
+	e.admin = e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxVersions(wire.KgoMaxVersions()))
 	return e
 }
 

@@ -28,7 +28,7 @@
 //     waiting within its context; Close waits for the one in progress
 //     within its context and then cuts it short, so that no partial
 //     transaction commits; a commit whose EndTxn answer was lost is
-//     retried until the coordinator answers and is InDoubt (ErrInDoubt)
+//     retried until the coordinator answers and is InDoubt (kshare.ErrInDoubt)
 //     only when the context ends first; the next Commit, Abort,
 //     InitProducerID or Close learns its outcome. See docs/design.md,
 //     "Lifecycle".
@@ -42,22 +42,22 @@
 //     commit, before EndTxn: AddShareAcksToTxn once per group to the
 //     transaction coordinator, TxnShareAcknowledge once per partition
 //     leader. Without the KIP-1289 APIs and share.version >= 3 on every
-//     broker involved, StageShareAcks returns ErrShareAcksUnsupported and
+//     broker involved, StageShareAcks returns kshare.ErrUnsupported and
 //     sends nothing.
 //
 // # Errors
 //
 // Retriable broker errors never reach the caller: they are retried with a
 // jittered exponential backoff (backoff/v4) until the caller's context or
-// the transaction timeout ends, and then come back as ErrAbortable. Every
-// returned error matches one of ErrAbortable (the transaction did not
-// commit: abort it; its work may be redone), ErrInDoubt (a commit's answer
-// was lost: abort, which learns the outcome), ErrCommitted (the abort found
-// that the in-doubt commit had committed), ErrFatal (close the producer:
-// fenced, unauthorized, unsupported) or ErrUsage (a call in the wrong
+// the transaction timeout ends, and then come back as kshare.ErrAbortable. Every
+// returned error matches one of kshare.ErrAbortable (the transaction did not
+// commit: abort it; its work may be redone), kshare.ErrInDoubt (a commit's answer
+// was lost: abort, which learns the outcome), kshare.ErrCommitted (the abort found
+// that the in-doubt commit had committed), kshare.ErrFatal (close the producer:
+// fenced, unauthorized, unsupported) or kshare.ErrUsage (a call in the wrong
 // state or with bad arguments, or after Close; nothing changed).
-// ErrShareAcksUnsupported errors also match ErrFatal, and a fatal error
-// that leaves a commit in doubt also matches ErrInDoubt. The broker's
+// kshare.ErrUnsupported errors also match kshare.ErrFatal, and a fatal error
+// that leaves a commit in doubt also matches kshare.ErrInDoubt. The broker's
 // error stays reachable with errors.As:
 //
 //	var ke *kerr.Error
@@ -65,4 +65,4 @@
 //
 // Most applications use package producer, which drives a Manager; the
 // Manager is exported for the acknowledger and for tests.
-package txnclient
+package txn

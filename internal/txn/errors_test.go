@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -8,14 +8,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/retry"
 )
 
 func TestClassify(t *testing.T) {
 	for _, ke := range []*kerr.Error{kerr.ProducerFenced, kerr.TransactionalIDAuthorizationFailed,
 		kerr.InvalidTxnState, kerr.UnsupportedVersion, kerr.InvalidTransactionTimeout} {
 		err := Classify("op", fmt.Errorf("at node 1: %w", ke))
-		require.ErrorIs(t, err, ErrFatal, "%v", ke)
-		require.NotErrorIs(t, err, ErrAbortable)
+		require.Equal(t, []error{kshare.ErrFatal}, errs.ClassesOf(err), "%v", ke)
 		var got *kerr.Error
 		require.True(t, errors.As(err, &got))
 		require.Equal(t, ke, got)
@@ -23,21 +26,27 @@ func TestClassify(t *testing.T) {
 	for _, cause := range []error{kerr.InvalidRecordState, kerr.InvalidProducerEpoch, kerr.MessageTooLarge,
 		context.DeadlineExceeded, errors.New("connection reset")} {
 		err := Classify("op", cause)
-		require.ErrorIs(t, err, ErrAbortable, "%v", cause)
-		require.NotErrorIs(t, err, ErrFatal)
+		require.Equal(t, []error{kshare.ErrAbortable}, errs.ClassesOf(err), "%v", cause)
 		require.ErrorIs(t, err, cause)
 	}
 	classified := Classify("first", kerr.MessageTooLarge)
 	require.Same(t, classified, Classify("second", classified), "already classified errors pass through")
 	require.NoError(t, Classify("op", nil))
+	require.Equal(t, "kshare: produce: abortable error: MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept",
+		Classify("produce", kerr.MessageTooLarge).Error())
 }
 
-func TestShareAcksUnsupportedIsFatal(t *testing.T) {
-	err := newError([]error{ErrShareAcksUnsupported, ErrFatal}, "op", errors.New("broker 1 lacks key 96"))
-	require.ErrorIs(t, err, ErrShareAcksUnsupported)
-	require.ErrorIs(t, err, ErrFatal)
-	require.NotErrorIs(t, err, ErrAbortable)
-	require.Contains(t, err.Error(), "broker 1 lacks key 96")
+// A commit whose outcome cannot be learned is in doubt; if the reason is
+// that the producer was fenced, it is fatal instead, and says the outcome
+// is unknown.
+func TestInDoubtErr(t *testing.T) {
+	err := inDoubtErr("commit transaction", context.DeadlineExceeded)
+	require.Equal(t, []error{kshare.ErrInDoubt}, errs.ClassesOf(err))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	fenced := inDoubtErr("commit transaction", kerr.ProducerFenced)
+	require.Equal(t, []error{kshare.ErrFatal}, errs.ClassesOf(fenced))
+	require.Contains(t, fenced.Error(), "outcome is unknown")
+	require.ErrorIs(t, fenced, kerr.ProducerFenced)
 }
 
 // A retry loop that runs out of time returns the context error and keeps
@@ -45,7 +54,7 @@ func TestShareAcksUnsupportedIsFatal(t *testing.T) {
 func TestRetryGivesUpWithLastError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	attempts := 0
-	_, err := Retry(ctx, func(context.Context) (int, error) {
+	_, err := retry.Do(ctx, func(context.Context) (int, error) {
 		attempts++
 		if attempts == 3 {
 			cancel()
@@ -55,10 +64,10 @@ func TestRetryGivesUpWithLastError(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, err, kerr.CoordinatorLoadInProgress)
 	require.Equal(t, 3, attempts)
-	require.ErrorIs(t, Classify("op", err), ErrAbortable)
+	require.ErrorIs(t, Classify("op", err), kshare.ErrAbortable)
 
 	attempts = 0
-	_, err = Retry(context.Background(), func(context.Context) (int, error) {
+	_, err = retry.Do(context.Background(), func(context.Context) (int, error) {
 		attempts++
 		return 0, permanent(kerr.ProducerFenced)
 	})

@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -12,7 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -28,37 +30,45 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"huge timeout":     {Client: cl, TransactionalID: "x", TransactionTimeout: 1 << 62},
 	} {
 		_, err := New(cfg)
-		require.ErrorIs(t, err, ErrUsage, name)
+		require.ErrorIs(t, err, kshare.ErrUsage, name)
 	}
 }
 
-// Calls in the wrong state fail with ErrUsage, send nothing and change
+// Calls in the wrong state fail with kshare.ErrUsage, send nothing and change
 // nothing.
 func TestWrongStateIsUsageError(t *testing.T) {
 	c := testkit.Cluster(t)
 	log := testkit.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "usage")
 	ctx := testCtx(t)
-	require.ErrorIs(t, m.Begin(), ErrUsage, "begin before init")
-	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrUsage)
-	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage)
+	require.ErrorIs(t, m.Begin(), kshare.ErrUsage, "begin before init")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrUsage)
+	require.ErrorIs(t, m.Abort(ctx, nil), kshare.ErrUsage)
 	require.Empty(t, log.Of(kmsg.InitProducerID.Int16()))
 	require.Equal(t, StateUninitialized, m.State())
 
 	require.NoError(t, m.InitProducerID(ctx, nil))
-	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrUsage, "commit without a transaction")
-	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage, "abort without a transaction")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrUsage, "commit without a transaction")
+	require.ErrorIs(t, m.Abort(ctx, nil), kshare.ErrUsage, "abort without a transaction")
 	require.NoError(t, m.Begin())
-	require.ErrorIs(t, m.Begin(), ErrUsage, "nested begin")
-	require.ErrorIs(t, m.InitProducerID(ctx, nil), ErrUsage, "init during a transaction")
-	meta := wire.ShareGroupMetadata{GroupID: "g", MemberID: "m"}
-	require.ErrorIs(t, m.StageShareAcks(ctx, nil, meta), ErrUsage)
-	var acks wire.ShareAcks
-	acks.Add("t", [16]byte{}, 0, wire.AckedRecord{Offset: 1, Type: wire.AckRenew})
-	require.ErrorIs(t, m.StageShareAcks(ctx, &acks, meta), ErrUsage, "RENEW cannot be staged")
-	require.ErrorIs(t, m.StageShareAcks(ctx, &wire.ShareAcks{}, wire.ShareGroupMetadata{GroupID: "g"}), ErrUsage, "no member id")
-	require.ErrorIs(t, m.SendOffsets(ctx, nil, GroupMetadata{}), ErrUsage, "no group id")
-	require.Equal(t, StateInTransaction, m.State(), "usage errors change nothing")
+	require.ErrorIs(t, m.Begin(), kshare.ErrUsage, "nested begin")
+	require.ErrorIs(t, m.InitProducerID(ctx, nil), kshare.ErrUsage, "init during a transaction")
+	require.Equal(t, StateInTransaction, m.State(), "usage errors of the state change nothing")
+
+	// What a transaction would carry, refused: the transaction must not
+	// commit without it.
+	meta := kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"}
+	require.ErrorIs(t, m.StageShareAcks(ctx, nil, meta), kshare.ErrUsage)
+	renew := acktrack.New(nil)
+	renew.Add("t", [16]byte{}, 0, acktrack.Record{Offset: 1, Type: int8(wire.AckRenew)})
+	require.ErrorIs(t, m.StageShareAcks(ctx, (*kshare.ShareAcks)(renew), meta), kshare.ErrUsage, "RENEW cannot be staged")
+	require.ErrorIs(t, m.StageShareAcks(ctx, emptyAcks(), kshare.ShareGroupMetadata{GroupID: "g"}), kshare.ErrUsage, "no member id")
+	require.ErrorIs(t, m.SendOffsets(ctx, nil, GroupMetadata{}), kshare.ErrUsage, "no group id")
+	require.Equal(t, StateAbortableError, m.State(), "refused acknowledgements or offsets doom the transaction")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrAbortable)
+	require.NoError(t, m.Abort(ctx, nil))
+	require.Equal(t, StateReady, m.State())
+	require.Empty(t, log.Of(kmsg.EndTxn.Int16()), "nothing was sent")
 }
 
 // A transaction that sent nothing ends without EndTxn; one that carries
@@ -98,7 +108,7 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 
 // Re-initializing after an abortable error passes the current id and epoch
 // (recovery) after ending the open transaction with EndTxn(ABORT); a
-// producer that was fenced meanwhile learns it as ErrFatal.
+// producer that was fenced meanwhile learns it as kshare.ErrFatal.
 func TestInitProducerIDRecovery(t *testing.T) {
 	c := testkit.Cluster(t)
 	log := testkit.ObserveRequests(t, c)
@@ -113,9 +123,9 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	require.NoError(t, m.Begin())
 	m.MarkSent()
 	err := m.Fail("produce", kerr.MessageTooLarge)
-	require.ErrorIs(t, err, ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.Equal(t, StateAbortableError, m.State())
-	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrAbortable, "an abortable transaction cannot commit")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrAbortable, "an abortable transaction cannot commit")
 
 	log.Reset()
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -137,7 +147,7 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	require.Error(t, m.Fail("produce", kerr.MessageTooLarge))
 	require.NoError(t, newManager(t, cl, "recovery").InitProducerID(ctx, nil))
 	err = m.InitProducerID(ctx, nil)
-	require.ErrorIs(t, err, ErrFatal)
+	require.ErrorIs(t, err, kshare.ErrFatal)
 	require.ErrorIs(t, err, kerr.ProducerFenced)
 	require.Equal(t, StateFatalError, m.State())
 }
@@ -237,7 +247,7 @@ func TestCapabilities(t *testing.T) {
 	without := testkit.Cluster(t, broker.ShareTxnAPIs(false))
 	caps = NewCapabilities(newClient(t, without))
 	err = caps.RequireShareAcks(ctx, "op", []int32{0})
-	require.ErrorIs(t, err, ErrShareAcksUnsupported)
+	require.ErrorIs(t, err, kshare.ErrUnsupported)
 	require.Contains(t, err.Error(), "broker 0 (")
 	require.Contains(t, err.Error(), "API key 95 (TxnShareAcknowledge) not advertised")
 	require.Contains(t, err.Error(), "API key 96 (AddShareAcksToTxn) not advertised")
@@ -245,7 +255,7 @@ func TestCapabilities(t *testing.T) {
 	// A client pinned below the KIP-1289 keys cannot send them either.
 	pinned := NewCapabilities(newClient(t, with, kgo.MaxVersions(kversion.V4_0_0())))
 	err = pinned.RequireShareAcks(ctx, "op", []int32{0})
-	require.ErrorIs(t, err, ErrShareAcksUnsupported)
+	require.ErrorIs(t, err, kshare.ErrUnsupported)
 	require.Contains(t, err.Error(), "kgo.MaxVersions pin")
 }
 
