@@ -14,7 +14,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/shareconsumer"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -160,7 +160,7 @@ func TestAbortCheckpointRedeliversAtOnce(t *testing.T) {
 	a := e.acknowledger("ack")
 	recs := e.poll(c, inputs)
 	require.NoError(t, a.Stage(7, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
-	log := testkit.ObserveRequests(t, e.c)
+	log := bundled.ObserveRequests(t, e.c)
 	require.NoError(t, a.AbortCheckpoint(7))
 	require.Empty(t, a.Staged())
 

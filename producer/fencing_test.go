@@ -16,7 +16,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -45,7 +45,7 @@ func TestStaleCoordinatorAnswerIsNotFinal(t *testing.T) {
 	p := newProducer(t, c, txnID, Linger(0), Logger(slog.New(logs)))
 	ctx := testCtx(t)
 
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 
 	// Transaction N commits on A.
 	require.NoError(t, p.BeginTransaction())
@@ -154,7 +154,7 @@ func TestStaleAnswerOfReturningCoordinatorIsRetried(t *testing.T) {
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, topic, "n1-0", "n1-1") // the leaders add the partitions at the new coordinator
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	var moved atomic.Bool
 	stale := make(chan int16, 1)
 	onClientRequests(t, c, client, func(node int32, req kmsg.Request) broker.FaultAction {

@@ -17,7 +17,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/acktrack"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/internal/txn"
 )
 
@@ -161,7 +161,7 @@ func TestInitTransactionsAfterAbortableErrorRecovers(t *testing.T) {
 	require.ErrorIs(t, err, kerr.MessageTooLarge)
 	pid, epoch := p.txn.ProducerID()
 
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	require.NoError(t, p.InitTransactions(ctx), "recovery from an abortable error")
 	require.Equal(t, txn.StateReady, p.txn.State())
 	seq := log.Of(kmsg.EndTxn.Int16(), kmsg.InitProducerID.Int16())
@@ -269,7 +269,7 @@ func TestCloseWhoseAbortFailsResolvesStagedAcks(t *testing.T) {
 	require.ErrorIs(t, closeErr, kshare.ErrAbortable, "the transaction did not commit")
 	require.Equal(t, []bool{false}, tracker.resolutions(), "resolved once, as not committed")
 
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	require.ErrorIs(t, p.AbortTransaction(ctx), kshare.ErrClosed, "after Close, calls fail at once")
 	require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrClosed)
 	require.ErrorIs(t, p.InitTransactions(ctx), kshare.ErrClosed)

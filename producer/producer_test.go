@@ -17,7 +17,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -136,7 +136,7 @@ func TestTV1Fallback(t *testing.T) {
 	c := newCluster(t, broker.Nodes(3))
 	const topic, partitions = "tv1", 3
 	createTopic(t, c, topic, partitions)
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	p := newProducer(t, c, "tv1-txn", Linger(0), KgoOpts(kgo.MaxVersions(kversion.V3_5_0())))
 	require.False(t, p.txn.TV2())
 	ctx := testCtx(t)

@@ -16,7 +16,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/acktrack"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -67,13 +67,13 @@ func TestShareAcksCommitWithOutputs(t *testing.T) {
 	produceInput(t, c, in, 3, 2)
 	got := member.acquire(ctx, 2, 2)
 	require.Len(t, got, 2)
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	only := acktrack.New(nil)
 	acksFor(only, in, member.topicID, 2, got, kshare.AckReject)
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(only), member.metadata()))
 	require.NoError(t, p.CommitTransaction(ctx))
-	require.True(t, slices.ContainsFunc(log.Of(kmsg.EndTxn.Int16()), func(o testkit.Observed) bool {
+	require.True(t, slices.ContainsFunc(log.Of(kmsg.EndTxn.Int16()), func(o bundled.Observed) bool {
 		return o.Req.(*kmsg.EndTxnRequest).Commit
 	}), "the acknowledgement-only transaction ended with EndTxn(COMMIT)")
 	require.EqualValues(t, perPartition+2, startOffsets(t, member.cl, group, in)[2], "rejected records are archived")
@@ -181,7 +181,7 @@ func TestShareAcksTrackerRefusal(t *testing.T) {
 func TestShareAcksUnsupportedSendsNothing(t *testing.T) {
 	c := newCluster(t, broker.ShareTxnAPIs(false))
 	createTopic(t, c, "plain", 1)
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	p := newProducer(t, c, "plain-worker", Linger(0))
 	ctx := testCtx(t)
 	tracker := &recordingTracker{}

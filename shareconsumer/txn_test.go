@@ -14,7 +14,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 	"github.com/kshare-go/kshare/wire"
@@ -87,7 +87,7 @@ func TestTransactionalCommit(t *testing.T) {
 	const inputs = 60
 	e := txnEnv(t, inputs)
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(7))
-	log := testkit.ObserveRequests(t, e.c)
+	log := bundled.ObserveRequests(t, e.c)
 	p := e.producer("ctp")
 
 	done := make(map[string]bool)
@@ -117,7 +117,7 @@ func TestTransactionalAbortRedeliversAtOnce(t *testing.T) {
 	const inputs = 12
 	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	log := testkit.ObserveRequests(t, e.c)
+	log := bundled.ObserveRequests(t, e.c)
 	p := e.producer("ctp")
 
 	first := pollRecords(e.ctx, t, c, inputs)

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -18,8 +18,8 @@ import (
 // at a leader) runs only once the produce path is drained, and not at all
 // when the drain cannot finish.
 func TestFencingProbeDrainsFirst(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "probe")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -55,8 +55,8 @@ func TestFencingProbeDrainsFirst(t *testing.T) {
 // nothing ends locally; one in progress is aborted; every call after it
 // fails with kshare.ErrClosed; a second Close returns nil.
 func TestCloseEndsTheTransaction(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	ctx := testCtx(t)
 	cl := newClient(t, c)
 
@@ -99,8 +99,8 @@ func TestCloseEndsTheTransaction(t *testing.T) {
 // progress: it cancels it (a Commit still flushing fails without
 // EndTxn(COMMIT)) and reports that it could not abort.
 func TestCloseCutsTheOperationInProgressShort(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "close-cut")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))

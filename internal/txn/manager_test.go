@@ -15,7 +15,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/acktrack"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -37,8 +37,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // Calls in the wrong state fail with kshare.ErrUsage, send nothing and change
 // nothing.
 func TestWrongStateIsUsageError(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "usage")
 	ctx := testCtx(t)
 	require.ErrorIs(t, m.Begin(), kshare.ErrUsage, "begin before init")
@@ -74,8 +74,8 @@ func TestWrongStateIsUsageError(t *testing.T) {
 // A transaction that sent nothing ends without EndTxn; one that carries
 // anything ends with it, and on TV2 the epoch EndTxn returns is used.
 func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "empty")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -110,8 +110,8 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 // (recovery) after ending the open transaction with EndTxn(ABORT); a
 // producer that was fenced meanwhile learns it as kshare.ErrFatal.
 func TestInitProducerIDRecovery(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	cl := newClient(t, c)
 	m := newManager(t, cl, "recovery")
 	ctx := testCtx(t)
@@ -156,7 +156,7 @@ func TestInitProducerIDRecovery(t *testing.T) {
 // Begin numbers transactions, and the end of one keeps its number until
 // the next Begin.
 func TestTxnStateNumbersTransactions(t *testing.T) {
-	c := testkit.Cluster(t)
+	c := bundled.Cluster(t)
 	m := newManager(t, newClient(t, c), "numbered")
 	ctx := testCtx(t)
 	st, n := m.TxnState()
@@ -185,7 +185,7 @@ func TestTxnStateNumbersTransactions(t *testing.T) {
 // a repeat with the coordinator unmoved is final; a moved coordinator means
 // another retry. Other codes are final at once.
 func TestConfirmAnswer(t *testing.T) {
-	c := testkit.Cluster(t, broker.Nodes(2))
+	c := bundled.Cluster(t, broker.Nodes(2))
 	m := newManager(t, newClient(t, c), "confirm")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -204,8 +204,8 @@ func TestConfirmAnswer(t *testing.T) {
 
 // FindCoordinator answers are cached until forgotten; Refresh asks again.
 func TestCoordinatorCache(t *testing.T) {
-	c := testkit.Cluster(t, broker.Nodes(3))
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t, broker.Nodes(3))
+	log := bundled.ObserveRequests(t, c)
 	co := NewCoordinators(newClient(t, c), nil)
 	ctx := testCtx(t)
 	node, err := co.Find(ctx, TransactionCoordinator, "cached")
@@ -236,7 +236,7 @@ func TestCoordinatorCache(t *testing.T) {
 // share.version >= 3, or a message naming the broker and what it lacks.
 func TestCapabilities(t *testing.T) {
 	ctx := testCtx(t)
-	with := testkit.Cluster(t)
+	with := bundled.Cluster(t)
 	caps := NewCapabilities(newClient(t, with))
 	b, err := caps.Of(ctx, 0)
 	require.NoError(t, err)
@@ -244,7 +244,7 @@ func TestCapabilities(t *testing.T) {
 	require.Empty(t, b.ShareAcksMissing())
 	require.NoError(t, caps.RequireShareAcks(ctx, "op", []int32{0}))
 
-	without := testkit.Cluster(t, broker.ShareTxnAPIs(false))
+	without := bundled.Cluster(t, broker.ShareTxnAPIs(false))
 	caps = NewCapabilities(newClient(t, without))
 	err = caps.RequireShareAcks(ctx, "op", []int32{0})
 	require.ErrorIs(t, err, kshare.ErrUnsupported)
@@ -269,10 +269,10 @@ func TestSendOffsets(t *testing.T) {
 			name = "TV1"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := testkit.Cluster(t)
+			c := bundled.Cluster(t)
 			const topic, group = "offsets", "offsets-group"
 			createTopic(t, c, topic, 1)
-			log := testkit.ObserveRequests(t, c)
+			log := bundled.ObserveRequests(t, c)
 			ctx := testCtx(t)
 			consumer := newClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond))
 			var member string
