@@ -78,11 +78,29 @@ func New(opts ...Opt) (*Acknowledger, error) {
 // Metrics returns the counters of the transactions the acknowledger ran:
 // TransactionsCommitted, TransactionsAborted, ShareAcksCommitted and the
 // commit latencies (it produces no records).
-func (a *Acknowledger) Metrics() producer.Metrics { return a.p.Metrics() }
+func (a *Acknowledger) Metrics() producer.Metrics {
+	if !a.made() {
+		return producer.Metrics{}
+	}
+	return a.p.Metrics()
+}
+
+// made reports whether a was created by New: a nil or zero Acknowledger
+// answers every call with ErrUsage instead of panicking.
+func (a *Acknowledger) made() bool { return a != nil && a.p != nil }
+
+// errNotMade is what a call of op on an Acknowledger that New did not
+// create gets.
+func errNotMade(op string) error {
+	return errs.Usage(op, errors.New("the acknowledger was not created by acknowledger.New"))
+}
 
 // enter checks that the acknowledger is open and waits, within ctx, for
 // the transaction call in progress; the returned function ends this one.
 func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
+	if !a.made() {
+		return nil, errNotMade(op)
+	}
 	if ctx == nil {
 		return nil, errs.Usage(op, errors.New("nil context"))
 	}
@@ -248,6 +266,9 @@ func resolveAll(items []sendItem, committed bool) {
 // calls after it fail with kshare.ErrClosed. Calling it again waits for
 // the first Close within ctx and returns nil.
 func (a *Acknowledger) Close(ctx context.Context) error {
+	if !a.made() {
+		return errNotMade("close")
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()

@@ -27,6 +27,9 @@ import (
 // Close. Empty acks are accepted and keep nothing.
 func (a *Acknowledger) Stage(checkpointID int64, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	const op = "stage checkpoint acknowledgements"
+	if !a.made() {
+		return errNotMade(op)
+	}
 	set := (*acktrack.Set)(acks)
 	if err := txn.ValidateShareAcks(set, meta); err != nil {
 		return errs.Usage(op, err)
@@ -61,6 +64,9 @@ func (a *Acknowledger) Stage(checkpointID int64, acks *kshare.ShareAcks, meta ks
 // Staged returns the ids of the checkpoints staged and not yet committed or
 // aborted, in order, once per Stage call.
 func (a *Acknowledger) Staged() []int64 {
+	if !a.made() {
+		return nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]int64, len(a.staged))
@@ -73,6 +79,9 @@ func (a *Acknowledger) Staged() []int64 {
 // take removes and returns the checkpoints staged with an id up to
 // checkpointID; it fails once Close has dropped them all.
 func (a *Acknowledger) take(op string, checkpointID int64) ([]checkpoint, error) {
+	if !a.made() {
+		return nil, errNotMade(op)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

@@ -120,7 +120,12 @@ func New(opts ...Opt) (*Producer, error) {
 // Client returns the underlying kgo client, for admin requests (for
 // example kadm.NewClient(p.Client()), or shareconsumer.AlterGroupConfig).
 // Do not produce through it, and do not close it: Close does.
-func (p *Producer) Client() *kgo.Client { return p.cl }
+func (p *Producer) Client() *kgo.Client {
+	if !p.made() {
+		return nil
+	}
+	return p.cl
+}
 
 // Status describes a producer for logs and diagnostics. Do not drive a
 // program with it: the errors of the transaction calls say what to do.
@@ -144,6 +149,9 @@ type Status struct {
 // Status returns the producer's current status without blocking (Err and
 // TV2 wait only for the manager's lock, never for a transaction call).
 func (p *Producer) Status() Status {
+	if !p.made() {
+		return Status{ProducerID: -1, Epoch: -1, State: "not created by New", Err: errNotMade("status")}
+	}
 	pid, epoch := p.txn.ProducerID()
 	return Status{
 		TransactionalID: p.cfg.txnID,
@@ -173,6 +181,9 @@ func (p *Producer) Status() Status {
 // producer stays as it was and InitTransactions may be called again. After
 // Close it fails with ErrUsage.
 func (p *Producer) InitTransactions(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("init transactions")
+	}
 	if p.closing.Load() {
 		return errClosed("init transactions")
 	}
@@ -184,6 +195,9 @@ func (p *Producer) InitTransactions(ctx context.Context) error {
 // ErrUsage after Close or outside the Ready state (the error of an earlier
 // failure, if there is one, says why).
 func (p *Producer) BeginTransaction() error {
+	if !p.made() {
+		return errNotMade("begin transaction")
+	}
 	if p.closing.Load() {
 		return errClosed("begin transaction")
 	}
@@ -214,6 +228,9 @@ func (p *Producer) BeginTransaction() error {
 // ends first, the commit fails before EndTxn(COMMIT) (ErrAbortable) or is
 // left in doubt.
 func (p *Producer) CommitTransaction(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("commit transaction")
+	}
 	start := time.Now()
 	err := p.txn.Commit(ctx, p.flushForCommit, p.drain)
 	if err == nil {
@@ -247,6 +264,9 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 // AbortTransaction may be called again; a fenced producer gets ErrFatal.
 // With no transaction in progress, or after Close, it fails with ErrUsage.
 func (p *Producer) AbortTransaction(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("abort transaction")
+	}
 	return p.txn.Abort(ctx, p.drain)
 }
 
@@ -256,6 +276,9 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 // including ctx ending, dooms the transaction (ErrAbortable): it must not
 // commit without the offsets.
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
+	if !p.made() {
+		return errNotMade("send offsets to transaction")
+	}
 	if p.closing.Load() {
 		return errClosed("send offsets to transaction")
 	}
@@ -288,6 +311,9 @@ type GroupMetadata struct {
 // (or at once, as not committed, if this call fails afterwards). Do not
 // modify acks afterwards; see txn.Manager.StageShareAcks.
 func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
+	if !p.made() {
+		return errNotMade("send share acknowledgements to transaction")
+	}
 	if p.closing.Load() {
 		return errClosed("send share acknowledgements to transaction")
 	}
@@ -296,11 +322,24 @@ func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.
 
 // Metrics returns a snapshot of the producer's counters.
 func (p *Producer) Metrics() Metrics {
+	if !p.made() {
+		return Metrics{}
+	}
 	s := p.txn.Stats()
 	return p.metrics.snapshot(s)
 }
 
 func errClosed(op string) error { return errs.Closed(op, errors.New("producer is closed")) }
+
+// made reports whether p was created by New: a nil or zero Producer
+// answers every call with ErrUsage instead of panicking.
+func (p *Producer) made() bool { return p != nil && p.txn != nil }
+
+// errNotMade is what a call of op on a Producer that New did not create
+// gets.
+func errNotMade(op string) error {
+	return errs.Usage(op, errors.New("the producer was not created by producer.New"))
+}
 
 // Produce buffers r for the current transaction and calls promise (if not
 // nil) once with r and its fate: nil once the broker has written it, or a
@@ -315,6 +354,10 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	const op = "produce"
 	if promise == nil {
 		promise = func(*kgo.Record, error) {}
+	}
+	if !p.made() {
+		promise(r, errNotMade(op))
+		return
 	}
 	if r == nil {
 		promise(r, errs.Usage(op, errors.New("nil record")))
@@ -499,6 +542,9 @@ func (p *Producer) doneRecords(n int64) {
 // until each has its answer or ctx ends. It does not end the transaction;
 // records that failed have already reported it to their promises.
 func (p *Producer) Flush(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("flush")
+	}
 	if ctx == nil {
 		return errs.Usage("flush", errors.New("nil context"))
 	}
@@ -584,6 +630,9 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 // Tracker: promises run on the producer's goroutines, which Close waits
 // for.
 func (p *Producer) Close(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("close")
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -26,6 +26,9 @@ import (
 // it as processed), and kshare.ErrClosed after Close.
 func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 	const op = "ack"
+	if !c.made() {
+		return errNotMade(op)
+	}
 	if c.cfg.mode != Explicit {
 		return errWrongMode(op, c.cfg.mode)
 	}
@@ -116,6 +119,9 @@ func (c *Consumer) CommitAsync(onDone func(error)) {
 }
 
 func (c *Consumer) commit(op string, onDone func(error)) (*ackOp, error) {
+	if !c.made() {
+		return nil, errNotMade(op)
+	}
 	if c.cfg.mode != Explicit {
 		return nil, errWrongMode(op, c.cfg.mode)
 	}

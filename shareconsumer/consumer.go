@@ -117,15 +117,38 @@ func New(opts ...Opt) (*Consumer, error) {
 
 // Client returns the underlying kgo client, for admin requests. Do not
 // close it: Close does.
-func (c *Consumer) Client() *kgo.Client { return c.cl }
+func (c *Consumer) Client() *kgo.Client {
+	if !c.made() {
+		return nil
+	}
+	return c.cl
+}
+
+// made reports whether c was created by New: a nil or zero Consumer
+// answers every call with ErrUsage (or nothing) instead of panicking.
+func (c *Consumer) made() bool { return c != nil && c.cl != nil }
+
+// errNotMade is what a call of op on a Consumer that New did not create
+// gets.
+func errNotMade(op string) error {
+	return errs.Usage(op, errors.New("the consumer was not created by shareconsumer.New"))
+}
 
 // Mode returns the acknowledgement mode.
-func (c *Consumer) Mode() AckMode { return c.cfg.mode }
+func (c *Consumer) Mode() AckMode {
+	if !c.made() {
+		return Implicit
+	}
+	return c.cfg.mode
+}
 
 // GroupMetadata identifies this member for transactional acknowledgements:
 // the group id, the member id and the current member epoch (0 until the
 // coordinator has answered the first heartbeat).
 func (c *Consumer) GroupMetadata() kshare.ShareGroupMetadata {
+	if !c.made() {
+		return kshare.ShareGroupMetadata{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return kshare.ShareGroupMetadata{GroupID: c.cfg.group, MemberID: c.memberID, MemberEpoch: c.epoch}
@@ -134,6 +157,9 @@ func (c *Consumer) GroupMetadata() kshare.ShareGroupMetadata {
 // Assigned returns the partitions the coordinator assigned to this member
 // and that the consumer could map to topic names, sorted.
 func (c *Consumer) Assigned() []kshare.TopicPartition {
+	if !c.made() {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]kshare.TopicPartition, 0, len(c.assigned))
@@ -150,6 +176,9 @@ func (c *Consumer) Assigned() []kshare.TopicPartition {
 // identifies r by topic, partition and offset, so after a redelivery to
 // this consumer it describes the latest delivery that Poll returned.
 func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
+	if !c.made() || r == nil {
+		return 0, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
@@ -164,6 +193,9 @@ func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
 // sent (so it errs early), moved forward by renewals. The second result is
 // false if the consumer does not hold r.
 func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
+	if !c.made() || r == nil {
+		return time.Time{}, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
@@ -198,6 +230,9 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 //   - kshare.ErrClosed after Close, kshare.ErrUsage for a nil ctx.
 func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	const op = "poll"
+	if !c.made() {
+		return nil, errNotMade(op)
+	}
 	if ctx == nil {
 		return nil, errNilContext(op)
 	}
@@ -422,6 +457,9 @@ func joinClassified(op string, queued []error) error {
 // every goroutine ended. Calling Close again returns nil. A nil ctx is
 // taken as context.Background().
 func (c *Consumer) Close(ctx context.Context) error {
+	if !c.made() {
+		return errNotMade("close")
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}

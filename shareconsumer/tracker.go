@@ -35,6 +35,9 @@ var _ acktrack.Tracker = (*tracker)(nil)
 // kshare.ErrUsage for a type other than AckAccept, AckRelease and
 // AckReject or outside Transactional mode. Nil records are skipped.
 func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAcks {
+	if !c.made() {
+		return new(kshare.ShareAcks)
+	}
 	acks := acktrack.New((*tracker)(c))
 	c.mu.Lock()
 	defer c.mu.Unlock()
