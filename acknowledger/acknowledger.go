@@ -27,6 +27,8 @@ import (
 // progress within its context; Stage, Staged and AbortCheckpoint never
 // wait for a transaction; Close never waits past its context. Every error
 // matches one class of package kshare; see the package documentation.
+// Create it with New; an Acknowledger that New did not create answers
+// every call with kshare.ErrUsage.
 type Acknowledger struct {
 	p      *producer.Producer
 	logger *slog.Logger

@@ -40,7 +40,7 @@ type batch struct {
 
 	pid   int64 // of the transaction the records were produced in
 	epoch int16
-	txn   uint64 // number of that transaction (txn.Manager.TxnState)
+	txn   uint64 // number of that transaction (the manager's TxnState)
 
 	// Set when first cut for sending, kept across retries.
 	hasSeq   bool

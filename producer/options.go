@@ -129,7 +129,7 @@ func SASL(mechanisms ...sasl.Mechanism) Opt { return connOpt(kgoclient.SASL(mech
 // consumer options of kgo have no effect: the Producer does its own
 // producing. A kgo.MaxVersions pin replaces wire.KgoMaxVersions(); if
 // it leaves out the KIP-1289 keys, share acknowledgements fail with
-// ErrShareAcksUnsupported, and below EndTxn v5 or Produce v12 transactions
+// kshare.ErrUnsupported, and below EndTxn v5 or Produce v12 transactions
 // run as TV1. New fails with ErrUsage if kgo refuses an option.
 func KgoOpts(opts ...kgo.Opt) Opt { return connOpt(kgoclient.KgoOpts(opts...)) }
 

@@ -19,11 +19,12 @@ import (
 
 // Producer is a transactional Kafka producer on kgo's transport. It batches
 // records per partition into idempotent, transactional RecordBatch v2
-// batches and owns the transaction through a txn.Manager, so that
-// share acknowledgements (KIP-1289) can join its transactions and a
-// transaction that carries only acknowledgements still commits.
+// batches and runs the transaction itself, so that share acknowledgements
+// (KIP-1289) can join its transactions and a transaction that carries only
+// acknowledgements still commits. Create it with New; a Producer that New
+// did not create answers every call with kshare.ErrUsage.
 //
-// Produce, ProduceSync, Flush and Metrics may be called from many
+// Produce, ProduceSync, Flush, Metrics and Status may be called from many
 // goroutines. The transaction calls (InitTransactions, BeginTransaction,
 // SendOffsetsToTransaction, SendShareAcksToTransaction, CommitTransaction,
 // AbortTransaction) are serialized; records must be produced between
@@ -179,7 +180,7 @@ func (p *Producer) Status() Status {
 //
 // If ctx (or the transaction timeout) ends first, nothing is lost: the
 // producer stays as it was and InitTransactions may be called again. After
-// Close it fails with ErrUsage.
+// Close it fails with ErrClosed.
 func (p *Producer) InitTransactions(ctx context.Context) error {
 	if !p.made() {
 		return errNotMade("init transactions")
@@ -191,9 +192,11 @@ func (p *Producer) InitTransactions(ctx context.Context) error {
 }
 
 // BeginTransaction starts a transaction. It sends nothing. It waits for a
-// transaction call in progress in another goroutine, and fails with
-// ErrUsage after Close or outside the Ready state (the error of an earlier
-// failure, if there is one, says why).
+// transaction call in progress in another goroutine. It fails with
+// ErrClosed after Close; with ErrUsage when a transaction is in progress
+// or InitTransactions has not succeeded; and, after an earlier failure
+// that AbortTransaction (or InitTransactions) has not cleared, with that
+// failure's error (ErrAbortable, ErrInDoubt or ErrFatal).
 func (p *Producer) BeginTransaction() error {
 	if !p.made() {
 		return errNotMade("begin transaction")
@@ -221,7 +224,11 @@ func (p *Producer) BeginTransaction() error {
 //     the commit. The staged acknowledgements are resolved only once the
 //     outcome is known.
 //   - ErrFatal: the producer was fenced (or the cluster refuses it);
-//     close it. If it also matches ErrInDoubt, the outcome is unknown.
+//     close it. If EndTxn(COMMIT) had been sent, the message says that
+//     the outcome is unknown; the newer producer's InitTransactions
+//     settles it.
+//   - ErrUnsupported: a broker cannot decode the KIP-1289 messages
+//     (wire.ErrMalformed); nothing committed.
 //
 // Called in the InDoubt state, it retries EndTxn(COMMIT). If Close runs
 // meanwhile with time to spare it waits for the commit; if Close's context
@@ -259,10 +266,11 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 // After an in-doubt commit (ErrInDoubt) it learns the outcome: nil means
 // the transaction is aborted; an error matching ErrCommitted means it had
 // committed (outputs and acknowledgements took effect; the metrics and the
-// staged acknowledgements say so too), and the producer is ready either
-// way. If ctx ends first, the producer stays where it was and
-// AbortTransaction may be called again; a fenced producer gets ErrFatal.
-// With no transaction in progress, or after Close, it fails with ErrUsage.
+// staged acknowledgements say so too; it is not a failure), and the
+// producer is ready either way. If ctx ends first, the producer stays
+// where it was and AbortTransaction may be called again; a fenced producer
+// gets ErrFatal. With no transaction in progress it fails with ErrUsage,
+// after Close with ErrClosed.
 func (p *Producer) AbortTransaction(ctx context.Context) error {
 	if !p.made() {
 		return errNotMade("abort transaction")
@@ -272,9 +280,10 @@ func (p *Producer) AbortTransaction(ctx context.Context) error {
 
 // SendOffsetsToTransaction commits consumer-group offsets as part of the
 // transaction (TxnOffsetCommit; AddOffsetsToTxn first on TV1 clusters).
-// Records produced earlier need not be flushed first. Any failure,
-// including ctx ending, dooms the transaction (ErrAbortable): it must not
-// commit without the offsets.
+// Records produced earlier need not be flushed first. Any failure dooms
+// the transaction, which must not commit without the offsets: an empty
+// group id (ErrUsage), ctx ending or a refusal by the group coordinator
+// (ErrAbortable).
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
 	if !p.made() {
 		return errNotMade("send offsets to transaction")
@@ -300,16 +309,22 @@ type GroupMetadata struct {
 	InstanceID *string
 }
 
-// SendShareAcksToTransaction adds share-group acknowledgements to the
-// transaction: they take effect if and only if it commits. They are sent at
-// commit, before EndTxn. It fails with ErrShareAcksUnsupported, sending
-// nothing, if a broker involved lacks the KIP-1289 APIs, and with
-// ErrAbortable if acks.Tracker refuses them (an expired lock, say) or
-// anything else goes wrong, ctx ending included: the transaction must not
-// commit without them. Once acks.Tracker.Stage accepted them,
-// acks.Tracker.Resolve is called exactly once, when the outcome is known
-// (or at once, as not committed, if this call fails afterwards). Do not
-// modify acks afterwards; see txn.Manager.StageShareAcks.
+// SendShareAcksToTransaction adds share-group acknowledgements, built by
+// shareconsumer.Consumer.Acks, to the transaction: they take effect if and
+// only if it commits. meta is that consumer's GroupMetadata. They are sent
+// at commit, before EndTxn. Empty acknowledgements add nothing.
+//
+// It fails with ErrUnsupported, sending nothing and changing nothing, if
+// a broker involved lacks the KIP-1289 APIs. Any other failure dooms the
+// transaction, which must not commit without them: nil or invalid
+// acknowledgements, metadata of another member, acknowledgements merged
+// from two consumers, records the consumer does not hold or a consumer in
+// another mode (ErrUsage, shareconsumer.ErrNotHeld); a lock that ran out
+// (ErrAbortable, shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
+//
+// The consumer that built acks follows them: it renews their locks while
+// the transaction is open and learns its outcome exactly once (releasing
+// the records of an aborted transaction at once).
 func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	if !p.made() {
 		return errNotMade("send share acknowledgements to transaction")
@@ -540,18 +555,25 @@ func (p *Producer) doneRecords(n int64) {
 
 // Flush sends every buffered record at once, ignoring linger, and waits
 // until each has its answer or ctx ends. It does not end the transaction;
-// records that failed have already reported it to their promises.
+// records that failed have already reported it to their promises. It
+// returns nil once every record has its answer, ErrAbortable wrapping
+// ctx's error when ctx ends first (the records keep going, and their
+// promises still hear their fate), and ErrUsage for a nil ctx.
 func (p *Producer) Flush(ctx context.Context) error {
+	const op = "flush"
 	if !p.made() {
-		return errNotMade("flush")
+		return errNotMade(op)
 	}
 	if ctx == nil {
-		return errs.Usage("flush", errors.New("nil context"))
+		return errs.Usage(op, errors.New("nil context"))
 	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
 	p.poke()
-	return p.waitDrained(ctx)
+	if err := p.waitDrained(ctx); err != nil {
+		return errs.Abortable(op, err)
+	}
+	return nil
 }
 
 func (p *Producer) waitDrained(ctx context.Context) error {
@@ -622,13 +644,12 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 // learned). Either way every staged acknowledgement has been resolved
 // exactly once (as not committed unless the commit is known to have
 // committed), every goroutine of the producer has exited and the kgo
-// client is closed. Later calls fail with ErrUsage at once; calling Close
+// client is closed. Later calls fail with ErrClosed at once; calling Close
 // again waits for the first Close, within its own ctx, and returns nil. A
 // nil ctx is taken as context.Background().
 //
-// Do not call Close (or any transaction call) from a promise or a
-// Tracker: promises run on the producer's goroutines, which Close waits
-// for.
+// Do not call Close (or any transaction call) from a promise: promises
+// run on the producer's goroutines, which Close waits for.
 func (p *Producer) Close(ctx context.Context) error {
 	if !p.made() {
 		return errNotMade("close")

@@ -22,7 +22,9 @@ import (
 // the share group with ShareGroupHeartbeat, keeps one share session per
 // partition leader, fetches with ShareFetch and acknowledges according to
 // its AckMode. Poll, Ack, Commit, Acks and the lookups may be called from
-// several goroutines; only one Poll runs at a time.
+// several goroutines; only one Poll runs at a time. Create it with New; a
+// Consumer that New did not create answers every call with
+// kshare.ErrUsage.
 type Consumer struct {
 	cfg      config
 	cl       *kgo.Client

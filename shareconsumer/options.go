@@ -27,7 +27,7 @@ const (
 	// Records left unmarked are released on Close.
 	Explicit
 	// Transactional never acknowledges on its own: the application turns
-	// records into wire.ShareAcks with Acks and commits them in a Kafka
+	// records into kshare.ShareAcks with Acks and commits them in a Kafka
 	// transaction (producer or acknowledger package).
 	Transactional
 )

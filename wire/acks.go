@@ -1,6 +1,6 @@
 package wire
 
-import "fmt"
+import "github.com/kshare-go/kshare"
 
 // AckType is a KIP-932 acknowledgement type as it travels on the wire:
 // the AcknowledgeType of an AcknowledgementBatch. Applications choose
@@ -20,21 +20,16 @@ const (
 )
 
 // String names the type as KIP-932 does ("ACCEPT", ...), or AckType(n)
-// for a number KIP-932 does not define.
+// for a number KIP-932 does not define. The three an application chooses
+// are named by kshare.AckType, whose values are the same numbers.
 func (t AckType) String() string {
 	switch t {
 	case AckGap:
 		return "GAP"
-	case AckAccept:
-		return "ACCEPT"
-	case AckRelease:
-		return "RELEASE"
-	case AckReject:
-		return "REJECT"
 	case AckRenew:
 		return "RENEW"
 	}
-	return fmt.Sprintf("AckType(%d)", int8(t))
+	return kshare.AckType(t).String()
 }
 
 // Transactional reports whether t may be staged in a transaction

@@ -3,7 +3,9 @@ package wire_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -40,4 +42,18 @@ func ExampleTxnShareAcknowledgeRequest() {
 	// Output:
 	// TxnShareAcknowledge member-1 7 10 12 ACCEPT
 	// true
+}
+
+// Every acknowledgement type has its KIP-932 name; the three an
+// application chooses are kshare's, with the same numbers.
+func ExampleAckType() {
+	var names []string
+	for t := wire.AckGap; t <= wire.AckRenew+1; t++ {
+		names = append(names, t.String())
+	}
+	fmt.Println(strings.Join(names, " "))
+	fmt.Println(wire.AckType(kshare.AckReject), wire.AckType(kshare.AckReject).Transactional(), wire.AckRenew.Transactional())
+	// Output:
+	// GAP ACCEPT RELEASE REJECT RENEW AckType(5)
+	// REJECT true false
 }

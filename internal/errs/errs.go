@@ -144,7 +144,10 @@ type sentinel struct {
 	class error
 }
 
+// Error returns the sentinel's text.
 func (s *sentinel) Error() string { return s.text }
+
+// Unwrap returns the class, so that errors.Is finds it.
 func (s *sentinel) Unwrap() error { return s.class }
 
 // Sentinel returns a new sentinel error with text that matches class.
@@ -197,7 +200,10 @@ type declassified struct {
 	kids []error
 }
 
-func (d *declassified) Error() string   { return d.orig.Error() }
+// Error is orig's message.
+func (d *declassified) Error() string { return d.orig.Error() }
+
+// Unwrap returns orig's causes, declassified.
 func (d *declassified) Unwrap() []error { return d.kids }
 
 // Is reports whether target is orig itself (a sentinel, say), or what

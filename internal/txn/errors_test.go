@@ -11,7 +11,6 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/errs"
-	"github.com/kshare-go/kshare/internal/retry"
 )
 
 func TestClassify(t *testing.T) {
@@ -47,30 +46,4 @@ func TestInDoubtErr(t *testing.T) {
 	require.Equal(t, []error{kshare.ErrFatal}, errs.ClassesOf(fenced))
 	require.Contains(t, fenced.Error(), "outcome is unknown")
 	require.ErrorIs(t, fenced, kerr.ProducerFenced)
-}
-
-// A retry loop that runs out of time returns the context error and keeps
-// the last error it retried reachable.
-func TestRetryGivesUpWithLastError(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	attempts := 0
-	_, err := retry.Do(ctx, func(context.Context) (int, error) {
-		attempts++
-		if attempts == 3 {
-			cancel()
-		}
-		return 0, fmt.Errorf("attempt %d: %w", attempts, kerr.CoordinatorLoadInProgress)
-	})
-	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, err, kerr.CoordinatorLoadInProgress)
-	require.Equal(t, 3, attempts)
-	require.ErrorIs(t, Classify("op", err), kshare.ErrAbortable)
-
-	attempts = 0
-	_, err = retry.Do(context.Background(), func(context.Context) (int, error) {
-		attempts++
-		return 0, permanent(kerr.ProducerFenced)
-	})
-	require.Equal(t, 1, attempts, "permanent errors stop the loop")
-	require.ErrorIs(t, err, kerr.ProducerFenced)
 }
