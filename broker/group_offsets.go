@@ -132,10 +132,13 @@ func (g *groupCoordinator) writeOffsets(st *groupShard, group string, writes []o
 		w.o.logOffset = next
 		next++
 		if pid >= 0 {
-			st.stageTxnOffset(pid, group, w.tp, w.o)
+			st.stageTxnOffset(pid, group, w.tp, w.o, now)
 		} else {
-			st.ensureGroup(group).offsets[w.tp] = w.o
+			st.ensureGroup(group, now).offsets[w.tp] = w.o
 		}
+	}
+	if grp := st.groups[group]; grp != nil && err == nil && pid < 0 {
+		g.armBy(st, grp, now.Add(g.c.cfg.offsetsRetention))
 	}
 }
 
@@ -297,7 +300,7 @@ func (g *groupCoordinator) deleteGroup(st *groupShard, group string, now time.Ti
 	if _, err := g.appendRecords(st, recs, -1, -1, now); err != nil {
 		return err
 	}
-	delete(st.groups, group)
+	g.forget(st, grp)
 	return nil
 }
 

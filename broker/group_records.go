@@ -24,8 +24,12 @@ package broker
 //	value {"protocolType":..,"generation":..,"protocol":..,"leader":..,
 //	       "members":[{"memberId":..,"instanceId":..,"clientId":..,
 //	       "clientHost":..,"sessionTimeoutMs":..,"rebalanceTimeoutMs":..,
-//	       "metadata":base64,"assignment":base64}]}
-//	      nil = the group was deleted (DeleteGroups)
+//	       "metadata":base64,"assignment":base64}],
+//	       "currentStateTimestamp":MS}
+//	      nil = the group was deleted (DeleteGroups, offset expiry)
+//
+// currentStateTimestamp is written for an empty group only: when it became
+// empty, from which its offsets' retention counts.
 //
 // Replay applies the records in log order; a group loaded with members is
 // Stable and its members' sessions start at load time.
@@ -65,6 +69,9 @@ type groupRecordValue struct {
 	Protocol     string              `json:"protocol"`
 	Leader       string              `json:"leader"`
 	Members      []groupRecordMember `json:"members"`
+	// CurrentStateTimestamp is when an empty group became empty (ms), as
+	// Kafka's GroupMetadataValue has it: offset retention counts from it.
+	CurrentStateTimestamp int64 `json:"currentStateTimestamp,omitempty"`
 }
 
 type groupRecordMember struct {
@@ -113,6 +120,9 @@ func groupRecord(name string, grp *classicGroup) kv {
 		Leader:       grp.leader,
 		Members:      []groupRecordMember{},
 	}
+	if grp.state == groupEmpty && !grp.stateSince.IsZero() {
+		v.CurrentStateTimestamp = grp.stateSince.UnixMilli()
+	}
 	for _, m := range grp.orderedMembers() {
 		v.Members = append(v.Members, groupRecordMember{
 			MemberID:           m.id,
@@ -138,7 +148,7 @@ func (st *groupShard) replayBatch(b *storedBatch, now time.Time) error {
 		if len(recs) != 1 || len(recs[0].key) < 4 {
 			return fmt.Errorf("malformed control batch at offset %d", b.base)
 		}
-		st.endTxn(b.pid, int16(binary.BigEndian.Uint16(recs[0].key[2:])) == controlCommit)
+		st.endTxn(b.pid, int16(binary.BigEndian.Uint16(recs[0].key[2:])) == controlCommit, now)
 		return nil
 	}
 	for i, rec := range recs {
@@ -172,10 +182,10 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 		}
 		o := committedOffset{offset: v.Offset, leaderEpoch: v.LeaderEpoch, metadata: v.Metadata, commitMs: v.CommitTimeMs, logOffset: logOffset}
 		if b.txn {
-			st.stageTxnOffset(b.pid, key.Group, tp, o)
+			st.stageTxnOffset(b.pid, key.Group, tp, o, now)
 			return nil
 		}
-		st.ensureGroup(key.Group).offsets[tp] = o
+		st.ensureGroup(key.Group, now).offsets[tp] = o
 		return nil
 	case groupRecordGroup:
 		if rec.value == nil {
@@ -186,7 +196,9 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 		if err := json.Unmarshal(rec.value, &v); err != nil {
 			return fmt.Errorf("group value: %w", err)
 		}
-		st.ensureGroup(key.Group).restore(v, now)
+		grp := st.ensureGroup(key.Group, now)
+		grp.restore(v, now)
+		grp.record, grp.recordOffset = rec.value, logOffset
 		return nil
 	default:
 		return fmt.Errorf("unknown record kind %q", key.Kind)
@@ -195,8 +207,8 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 
 // stageTxnOffset records a transactional offset commit until its marker.
 // The group exists from then on, as it does when the commit is served.
-func (st *groupShard) stageTxnOffset(pid int64, group string, tp groupTP, o committedOffset) {
-	st.ensureGroup(group)
+func (st *groupShard) stageTxnOffset(pid int64, group string, tp groupTP, o committedOffset, now time.Time) {
+	st.ensureGroup(group, now)
 	byGroup := st.pendingTxn[pid]
 	if byGroup == nil {
 		byGroup = make(map[string]map[groupTP]committedOffset)

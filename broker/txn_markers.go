@@ -83,6 +83,7 @@ func (tc *txnCoordinator) sendMarkers(sh *shard[*txnShard], m *txnMeta, now time
 		)
 	}
 	m.retryAt = now.Add(m.retry.NextBackOff())
+	tc.schedule(sh, m)
 }
 
 // markerRequest builds the WriteTxnMarkers v2 request of m for partitions.
