@@ -9,8 +9,8 @@ package broker
 // of the returned range, the client's current leader epoch checked
 // (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), OFFSET_OUT_OF_RANGE (with
 // the offsets of the answer left at -1, as Kafka leaves them), whole
-// batches with at least one batch per partition even past the byte limits,
-// and MaxWaitMillis long polls answered when MinBytes arrive or the wait
+// batches, the first partition with data getting one batch even past the
+// byte limits (KIP-74) and the others only what fits, and MaxWaitMillis long polls answered when MinBytes arrive or the wait
 // ends. As in Kafka, MaxBytes is capped by the broker's fetch.max.bytes
 // (FetchMaxBytes, 55 MiB), each partition by its PartitionMaxBytes, and a
 // partition named twice is answered once, with the parameters of its last
@@ -183,10 +183,7 @@ func (c *Cluster) fetchPartition(node int32, t *topic, unknown *kerr.Error, isol
 	if isolation == 1 {
 		upTo = sp.LastStableOffset
 	}
-	if limit <= 0 && !first {
-		return nil, nil
-	}
-	batches := p.read(rp.FetchOffset, upTo, limit)
+	batches := p.read(rp.FetchOffset, upTo, limit, first)
 	if len(batches) > 0 && isolation == 1 {
 		for _, a := range p.abortedIn(rp.FetchOffset, batches[len(batches)-1].last) {
 			at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()

@@ -21,7 +21,6 @@ package broker
 // records of the same producer and epoch, whose marker is still to come.
 
 import (
-	"math"
 	"sort"
 	"time"
 )
@@ -49,10 +48,16 @@ func (c *Cluster) onCompact(topic string, fn compactor) {
 	c.compactors[topic] = func(p *partition, now time.Time) { c.compact(p, fn, now) }
 }
 
+// compactionDue reports whether p's log has grown enough to compact: to
+// twice its size after the last compaction, plus the margin.
+func (c *Cluster) compactionDue(p *partition) bool {
+	return !p.compacting && p.bytes >= p.compactedBytes+max(p.compactedBytes, c.cfg.compactMinBytes)
+}
+
 // maybeCompact arms p's compaction once its log reached the threshold.
 func (c *Cluster) maybeCompact(p *partition) {
 	run := c.compactors[p.topic.name]
-	if run == nil || p.bytes < p.compactAt {
+	if run == nil || !c.compactionDue(p) {
 		return
 	}
 	if p.compaction == nil {
@@ -65,19 +70,20 @@ func (c *Cluster) maybeCompact(p *partition) {
 
 // compact rewrites p's live records and drops everything before them.
 func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
-	if p.deleted || p.bytes < p.compactAt {
+	if p.deleted || !c.compactionDue(p) {
 		return
 	}
 	before, beforeBatches := p.bytes, len(p.batches)
 	kept, done, ok := list(p)
 	if !ok || !openTxnsIntact(p, kept) {
 		c.logger.Warn("coordinator log not compacted", "topic", p.topic.name, "partition", p.index, "served", ok)
-		p.compactAt = p.bytes + max(p.bytes, c.cfg.compactMinBytes)
+		p.compactedBytes = p.bytes // try again once it doubles
 		return
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return kept[i].order < kept[j].order })
 	cut := p.next
-	p.compactAt = math.MaxInt64 // the rewrite itself must not schedule another
+	p.compacting = true // the rewrite itself must not schedule another
+	defer func() { p.compacting = false }()
 	firstOf := make(map[int64]int64)
 	for i := 0; i < len(kept); {
 		j := i + 1
@@ -93,7 +99,7 @@ func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
 			// openTxnsIntact checked every producer epoch, so this is a
 			// bug; keep the old log, which still holds everything.
 			c.logger.Error("coordinator log compaction failed; log kept", "topic", p.topic.name, "partition", p.index, "err", err)
-			p.compactAt = p.bytes + max(p.bytes, c.cfg.compactMinBytes)
+			p.compactedBytes = p.bytes
 			return
 		}
 		if pid := kept[i].pid; pid >= 0 {
@@ -113,7 +119,7 @@ func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
 	if done != nil {
 		done()
 	}
-	p.compactAt = p.bytes + max(p.bytes, c.cfg.compactMinBytes)
+	p.compactedBytes = p.bytes
 	c.stats.compactions++
 	c.logger.Debug("coordinator log compacted", "topic", p.topic.name, "partition", p.index,
 		"bytes_before", before, "bytes_after", p.bytes, "batches_before", beforeBatches, "batches_after", len(p.batches))

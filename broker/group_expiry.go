@@ -117,7 +117,9 @@ func (g *groupCoordinator) nextDue(st *groupShard, grp *classicGroup, now time.T
 	case groupCompletingRebalance:
 		consider(grp.syncDeadline)
 	}
-	if base, ok := g.retentionBase(grp); ok {
+	// Offsets awaiting a transaction's marker neither expire nor let
+	// their group go; the marker reschedules the group (onMarker).
+	if base, ok := g.retentionBase(grp); ok && !st.hasOpenTxn(grp.name) {
 		for tp, o := range grp.offsets {
 			if since := base(tp, o); !since.IsZero() {
 				consider(since.Add(g.c.cfg.offsetsRetention))

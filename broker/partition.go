@@ -42,7 +42,8 @@ type partition struct {
 	retention      *timer
 	lastRetention  time.Time
 	producerExpiry *timer
-	compactAt      int64 // a coordinator partition is compacted once bytes reach this
+	compactedBytes int64 // a coordinator partition's size after its last compaction
+	compacting     bool
 	compaction     *timer
 }
 
@@ -304,8 +305,10 @@ func (p *partition) batchIndex(offset int64) int {
 }
 
 // read returns whole batches from offset up to limit (exclusive), at most
-// maxBytes of them but always at least one batch if any is there.
-func (p *partition) read(offset, limit int64, maxBytes int32) []*storedBatch {
+// maxBytes of them, or one batch past that when minOne is set and the
+// first does not fit (Kafka's rule for the first partition of a fetch
+// that has data, KIP-74).
+func (p *partition) read(offset, limit int64, maxBytes int32, minOne bool) []*storedBatch {
 	var out []*storedBatch
 	var size int32
 	for i := p.batchIndex(offset); i < len(p.batches); i++ {
@@ -313,7 +316,7 @@ func (p *partition) read(offset, limit int64, maxBytes int32) []*storedBatch {
 		if b.base >= limit {
 			break
 		}
-		if len(out) > 0 && size+int32(len(b.raw)) > maxBytes {
+		if (len(out) > 0 || !minOne) && int64(size)+int64(len(b.raw)) > int64(maxBytes) {
 			break
 		}
 		out = append(out, b)

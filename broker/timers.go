@@ -18,11 +18,17 @@ import (
 type timer struct {
 	at    time.Time
 	fn    func(now time.Time)
-	index int // position in the heap; -1 while disarmed
+	index int // position in the heap; notArmed or firing otherwise
 }
 
+// Timer positions outside the heap.
+const (
+	notArmed = -1
+	firing   = -2 // due in the runTimers call at hand; disarm cancels it
+)
+
 // newTimer returns a disarmed timer that runs fn on the loop when due.
-func newTimer(fn func(now time.Time)) *timer { return &timer{fn: fn, index: -1} }
+func newTimer(fn func(now time.Time)) *timer { return &timer{fn: fn, index: notArmed} }
 
 // armed reports whether the timer is waiting to fire.
 func (t *timer) armed() bool { return t != nil && t.index >= 0 }
@@ -47,7 +53,7 @@ func (h *timerHeap) Pop() any {
 	t := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	t.index = -1
+	t.index = notArmed
 	return t
 }
 
@@ -72,18 +78,33 @@ func (c *Cluster) armBy(t *timer, at time.Time) {
 	c.arm(t, at)
 }
 
-// disarm cancels t if it is armed.
+// disarm cancels t if it is armed, or due in the runTimers call at hand.
 func (c *Cluster) disarm(t *timer) {
-	if t.armed() {
+	switch {
+	case t == nil:
+	case t.index >= 0:
 		heap.Remove(&c.timers, t.index)
+	case t.index == firing:
+		t.index = notArmed
 	}
 }
 
-// runTimers fires every timer due at now, earliest first. A timer may arm
-// itself or others again; one armed for now or earlier runs in this call.
+// runTimers fires every timer that is due at now, earliest first. A
+// callback may arm timers again, itself included; those wait for the
+// loop's next turn even when already due, so a callback that finds its
+// work not done yet cannot spin inside one call.
 func (c *Cluster) runTimers(now time.Time) {
+	var due []*timer
 	for len(c.timers) > 0 && !c.timers[0].at.After(now) {
 		t := heap.Pop(&c.timers).(*timer)
+		t.index = firing
+		due = append(due, t)
+	}
+	for _, t := range due {
+		if t.index != firing {
+			continue // disarmed or re-armed by an earlier callback of this call
+		}
+		t.index = notArmed
 		c.stats.timersFired++
 		t.fn(now)
 	}

@@ -58,7 +58,6 @@ func (c *Cluster) createTopic(name string, partitions int32, configs map[string]
 	for i := int32(0); i < partitions; i++ {
 		p := newPartition(t, i, (start+i)%int32(len(c.nodes)))
 		p.c = c
-		p.compactAt = c.cfg.compactMinBytes
 		t.partitions = append(t.partitions, p)
 	}
 	c.setConfigs(t, configs)

@@ -57,6 +57,10 @@ func TestBadFlagsFail(t *testing.T) {
 		{"-log-level", "loud"},
 		{"-port", "70000"},
 		{"-no-such-flag"},
+		{"-max-bytes", "-1"},
+		{"-read-timeout", "0s"},
+		{"-fetch-max-bytes", "4294967296"},
+		{"-max-connections", "-2"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var exit *exec.ExitError

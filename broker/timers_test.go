@@ -1,0 +1,75 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTimersFireInDeadlineOrderAndOnlyWhenDue(t *testing.T) {
+	c := &Cluster{}
+	base := time.Unix(1000, 0)
+	var fired []string
+	mk := func(name string) *timer { return newTimer(func(time.Time) { fired = append(fired, name) }) }
+	a, b, d := mk("a"), mk("b"), mk("d")
+	c.arm(a, base.Add(3*time.Second))
+	c.arm(b, base.Add(1*time.Second))
+	c.arm(d, base.Add(2*time.Second))
+	c.arm(a, base.Add(500*time.Millisecond)) // moved earlier
+	c.disarm(d)
+	require.False(t, d.armed())
+	c.disarm(d) // twice is harmless
+
+	c.armBy(b, base.Add(5*time.Second)) // later: stays at 1s
+	require.Equal(t, base.Add(time.Second), b.at)
+	c.armBy(b, base.Add(800*time.Millisecond)) // earlier: moves
+	require.Equal(t, base.Add(800*time.Millisecond), b.at)
+
+	next, ok := c.nextTimer()
+	require.True(t, ok)
+	require.Equal(t, base.Add(500*time.Millisecond), next)
+
+	c.runTimers(base.Add(700 * time.Millisecond))
+	require.Equal(t, []string{"a"}, fired)
+	c.runTimers(base.Add(10 * time.Second))
+	require.Equal(t, []string{"a", "b"}, fired, "a disarmed timer never fires")
+	_, ok = c.nextTimer()
+	require.False(t, ok)
+	require.Equal(t, 2, c.stats.timersFired)
+}
+
+func TestTimerArmedFromItsOwnCallbackRunsAgainWhenDue(t *testing.T) {
+	c := &Cluster{}
+	base := time.Unix(1000, 0)
+	runs := 0
+	var tm *timer
+	tm = newTimer(func(now time.Time) {
+		runs++
+		if runs < 3 {
+			c.arm(tm, now.Add(time.Second))
+		}
+	})
+	c.arm(tm, base)
+	c.runTimers(base)
+	require.Equal(t, 1, runs, "re-armed in the future: not run again in this call")
+	c.runTimers(base.Add(time.Hour))
+	require.Equal(t, 2, runs)
+	c.runTimers(base.Add(2 * time.Hour))
+	require.Equal(t, 3, runs)
+	require.False(t, tm.armed())
+}
+
+func TestTimerDisarmedByAnEarlierCallbackOfTheSameRunDoesNotFire(t *testing.T) {
+	c := &Cluster{}
+	base := time.Unix(1000, 0)
+	var ran []string
+	var second *timer
+	first := newTimer(func(time.Time) { ran = append(ran, "first"); c.disarm(second) })
+	second = newTimer(func(time.Time) { ran = append(ran, "second") })
+	c.arm(first, base)
+	c.arm(second, base.Add(time.Millisecond))
+	c.runTimers(base.Add(time.Second))
+	require.Equal(t, []string{"first"}, ran)
+	require.False(t, second.armed())
+}
