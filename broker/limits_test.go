@@ -10,8 +10,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
-	"net"
 	"math/rand"
+	"net"
 	"testing"
 	"time"
 
