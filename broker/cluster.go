@@ -53,6 +53,7 @@ type Cluster struct {
 	compactors      map[string]func(p *partition, now time.Time)
 	coordinators    coordinatorSet
 	timers          timerHeap
+	timerRun        uint64 // counts runTimers calls
 	changedParts    []*partition
 	// storedBytes is the size of every batch in every log: what the
 	// MaxBytes budget limits.

@@ -285,3 +285,27 @@ func TestProducerStateExpiresUnlessATransactionIsOpen(t *testing.T) {
 	require.NoError(t, txnErr(txnEnd(t, c, txnCoordinatorNode(t, c, "open-txn"), 5, "open-txn", pid, epoch, true).ErrorCode))
 	require.Eventually(t, func() bool { return len(producers()) == 0 }, 10*time.Second, 5*time.Millisecond)
 }
+
+// TestClosedTransactionsLeaveNoTrace: a partition's bookkeeping of open
+// transactions does not grow with the transactions that ended, whether or
+// not anyone reads its last stable offset.
+func TestClosedTransactionsLeaveNoTrace(t *testing.T) {
+	c := newTestCluster(t)
+	createTopic(t, c, "closed", 1)
+	const txnID = "many-commits"
+	node := txnCoordinatorNode(t, c, txnID)
+	pid, epoch := txnInitOK(t, c, txnID)
+	for i := 0; i < 40; i++ {
+		require.NoError(t, txnProduce(t, c, 12, txnID, "closed", 0, pid, epoch, 0, "v"))
+		end := txnEnd(t, c, node, 5, txnID, pid, epoch, i%2 == 0)
+		require.NoError(t, txnErr(end.ErrorCode))
+		pid, epoch = end.ProducerID, end.ProducerEpoch
+	}
+	var open, producers int
+	require.NoError(t, c.do(func() {
+		p := c.partitionOf("closed", 0)
+		open, producers = len(p.openTxns), len(p.producers)
+	}))
+	require.LessOrEqual(t, open, 1)
+	require.Equal(t, 1, producers)
+}

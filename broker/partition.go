@@ -125,16 +125,25 @@ func (p *partition) endOffset() int64 { return p.next }
 // Transactions open in offset order, so the earliest is at the head of
 // openTxns once the closed ones there are skipped: O(1) amortized.
 func (p *partition) lastStableOffset() int64 {
+	if p.pruneOpenTxns() {
+		return max(p.openTxns[0].first, p.logStart)
+	}
+	return p.next
+}
+
+// pruneOpenTxns drops the closed transactions at the head of openTxns and
+// reports whether one is still open.
+func (p *partition) pruneOpenTxns() bool {
 	for len(p.openTxns) > 0 {
 		o := p.openTxns[0]
 		if ps := p.producers[o.pid]; ps != nil && ps.txnFirst == o.first {
-			return max(o.first, p.logStart)
+			return true
 		}
 		p.openTxns[0] = openTxn{}
 		p.openTxns = p.openTxns[1:]
 	}
 	p.openTxns = nil
-	return p.next
+	return false
 }
 
 func (p *partition) producer(pid int64) *producerState {
@@ -175,6 +184,7 @@ func (p *partition) store(raw []byte, lastDelta int32, pid int64, epoch int16, t
 	if txn && !control && pid >= 0 {
 		if ps := p.producer(pid); ps.txnFirst < 0 {
 			ps.txnFirst = b.base
+			p.pruneOpenTxns() // closed ones go here too, read or not
 			p.openTxns = append(p.openTxns, openTxn{pid: pid, first: b.base})
 		}
 	}

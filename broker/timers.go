@@ -18,17 +18,12 @@ import (
 type timer struct {
 	at    time.Time
 	fn    func(now time.Time)
-	index int // position in the heap; notArmed or firing otherwise
+	index int    // position in the heap; -1 while disarmed
+	run   uint64 // the runTimers call during which it was last armed
 }
 
-// Timer positions outside the heap.
-const (
-	notArmed = -1
-	firing   = -2 // due in the runTimers call at hand; disarm cancels it
-)
-
 // newTimer returns a disarmed timer that runs fn on the loop when due.
-func newTimer(fn func(now time.Time)) *timer { return &timer{fn: fn, index: notArmed} }
+func newTimer(fn func(now time.Time)) *timer { return &timer{fn: fn, index: -1} }
 
 // armed reports whether the timer is waiting to fire.
 func (t *timer) armed() bool { return t != nil && t.index >= 0 }
@@ -53,12 +48,13 @@ func (h *timerHeap) Pop() any {
 	t := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	t.index = notArmed
+	t.index = -1
 	return t
 }
 
 // arm (re)schedules t at at.
 func (c *Cluster) arm(t *timer, at time.Time) {
+	t.run = c.timerRun
 	if t.index >= 0 {
 		t.at = at
 		heap.Fix(&c.timers, t.index)
@@ -78,33 +74,35 @@ func (c *Cluster) armBy(t *timer, at time.Time) {
 	c.arm(t, at)
 }
 
-// disarm cancels t if it is armed, or due in the runTimers call at hand.
+// disarm cancels t if it is armed.
 func (c *Cluster) disarm(t *timer) {
-	switch {
-	case t == nil:
-	case t.index >= 0:
+	if t.armed() {
 		heap.Remove(&c.timers, t.index)
-	case t.index == firing:
-		t.index = notArmed
 	}
 }
 
-// runTimers fires every timer that is due at now, earliest first. A
-// callback may arm timers again, itself included; those wait for the
-// loop's next turn even when already due, so a callback that finds its
-// work not done yet cannot spin inside one call.
+// timerSlice bounds one runTimers call, so that a crowd of timers due at
+// once (say, a hundred thousand transactional ids expiring) shares the
+// loop with requests instead of holding it.
+const timerSlice = 2 * time.Millisecond
+
+// runTimers fires the timers due at now, earliest first, for at most
+// timerSlice; what is left stays due and runs at the loop's next turn.
+// A callback may arm timers again, itself included; one armed during this
+// call waits for the next call even when already due, so a callback that
+// finds its work not done yet cannot spin inside one call.
 func (c *Cluster) runTimers(now time.Time) {
-	var due []*timer
-	for len(c.timers) > 0 && !c.timers[0].at.After(now) {
-		t := heap.Pop(&c.timers).(*timer)
-		t.index = firing
-		due = append(due, t)
-	}
-	for _, t := range due {
-		if t.index != firing {
-			continue // disarmed or re-armed by an earlier callback of this call
+	c.timerRun++
+	stop := time.Now().Add(timerSlice)
+	for n := 1; len(c.timers) > 0; n++ {
+		t := c.timers[0]
+		if t.at.After(now) || t.run == c.timerRun {
+			return
 		}
-		t.index = notArmed
+		if n%64 == 0 && time.Now().After(stop) {
+			return
+		}
+		heap.Pop(&c.timers)
 		c.stats.timersFired++
 		t.fn(now)
 	}

@@ -73,3 +73,31 @@ func TestTimerDisarmedByAnEarlierCallbackOfTheSameRunDoesNotFire(t *testing.T) {
 	require.Equal(t, []string{"first"}, ran)
 	require.False(t, second.armed())
 }
+
+// TestRunTimersSharesTheLoop: a crowd of due timers is fired in slices,
+// and a timer re-armed for the past in its own callback waits for the next
+// call instead of spinning.
+func TestRunTimersSharesTheLoop(t *testing.T) {
+	c := &Cluster{}
+	base := time.Unix(1000, 0)
+	const crowd = 500
+	fired := 0
+	for i := 0; i < crowd; i++ {
+		c.arm(newTimer(func(time.Time) { fired++; time.Sleep(100 * time.Microsecond) }), base)
+	}
+	c.runTimers(base)
+	require.Equal(t, 63, fired, "63 callbacks of 100µs pass the 2ms slice; the rest wait")
+	for calls := 0; fired < crowd; calls++ {
+		require.Less(t, calls, crowd, "every due timer fires in the end")
+		c.runTimers(base)
+	}
+
+	again := 0
+	var tm *timer
+	tm = newTimer(func(now time.Time) { again++; c.arm(tm, now.Add(-time.Hour)) })
+	c.arm(tm, base)
+	c.runTimers(base)
+	require.Equal(t, 1, again)
+	c.runTimers(base)
+	require.Equal(t, 2, again)
+}

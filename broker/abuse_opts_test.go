@@ -1,0 +1,22 @@
+package broker
+
+import "time"
+
+// abuseOpts are the options every abuse benchmark's cluster starts with.
+// It is its own file so that the benchmarks also build against versions
+// of the broker without the newer options (to measure "before").
+func abuseOpts() []Opt { return nil }
+
+// abuseConnOpts bounds how long a request may take to arrive and how
+// long a connection may stay idle.
+func abuseConnOpts(read, idle time.Duration) []Opt {
+	return []Opt{ReadTimeout(read), ConnectionsMaxIdle(idle)}
+}
+
+// abuseTxnExpiryOpts makes transactional ids expire after d.
+func abuseTxnExpiryOpts(d time.Duration) []Opt { return []Opt{TransactionalIDExpiration(d)} }
+
+// abuseRetentionOpts checks retention every d and budgets stored bytes.
+func abuseRetentionOpts(d time.Duration, maxBytes int64) []Opt {
+	return []Opt{RetentionCheckInterval(d), MaxBytes(maxBytes)}
+}
