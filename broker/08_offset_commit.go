@@ -13,8 +13,9 @@ package broker
 // partitions get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id, v10),
 // metadata over 4096 bytes OFFSET_METADATA_TOO_LARGE. The valid partitions
 // are written as one batch to __consumer_offsets and applied at once.
-// Skipped: v2-4's retention time (offsets never expire here), KIP-848
-// member epochs (consumer groups are not served).
+// Offsets expire by the broker's OffsetsRetention (group_expiry.go).
+// Skipped: v2-4's per-request retention time (the broker-wide one
+// applies), KIP-848 member epochs (consumer groups are not served).
 
 import (
 	"time"

@@ -36,9 +36,12 @@ package broker
 // their staged acknowledgement sits in the pending transactional record.
 //
 // The data partition's leader owns the live state (share_partition.go) and
-// writes every change here through persistShare; the live path and replay
+// writes every change here through writeState; the live path and replay
 // apply records with the same functions, so a new leader of a
 // __share_group_state partition rebuilds exactly the state the old one had.
+// Compaction (compaction.go) rewrites the log as one snapshot per
+// share-partition plus the staged acknowledgements still pending
+// (liveRecords, at the end of this file).
 
 import (
 	"encoding/base64"

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -68,4 +70,47 @@ func TestBadFlagsFail(t *testing.T) {
 		require.NotEqual(t, 0, exit.ExitCode())
 		require.Contains(t, string(out), "kshare-broker", "args %v must say what is wrong", args)
 	}
+}
+
+// TestMaxBytesFlagRefusesProduceAndKeepsReads: with -max-bytes the
+// process refuses records past its budget with POLICY_VIOLATION, which the
+// client does not retry, and keeps serving what it holds.
+func TestMaxBytesFlagRefusesProduceAndKeepsReads(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-port", "0", "-log-level", "error", "-max-bytes", "65536")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	require.True(t, lines.Scan(), "no ready line")
+	seed := strings.TrimPrefix(lines.Text(), "kshare-broker ready bootstrap=")
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("budget"),
+		kgo.ConsumeTopics("budget"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	value := make([]byte, 8<<10)
+	_, _ = rand.Read(value) // incompressible: kgo compresses batches
+	var refused error
+	produced := 0
+	for i := 0; i < 20 && refused == nil; i++ {
+		if refused = cl.ProduceSync(ctx, &kgo.Record{Value: value}).FirstErr(); refused == nil {
+			produced++
+		}
+	}
+	require.ErrorIs(t, refused, kerr.PolicyViolation)
+	require.Positive(t, produced)
+	got := 0
+	for got < produced {
+		fetches := cl.PollFetches(ctx)
+		require.NoError(t, fetches.Err())
+		got += fetches.NumRecords()
+	}
+	require.Equal(t, produced, got)
 }
