@@ -1,6 +1,10 @@
 package broker
 
-import "time"
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // abuseOpts are the options every abuse benchmark's cluster starts with.
 // It is its own file so that the benchmarks also build against versions
@@ -20,3 +24,12 @@ func abuseTxnExpiryOpts(d time.Duration) []Opt { return []Opt{TransactionalIDExp
 func abuseRetentionOpts(d time.Duration, maxBytes int64) []Opt {
 	return []Opt{RetentionCheckInterval(d), MaxBytes(maxBytes)}
 }
+
+// shareFetchError is the top-level error of a ShareFetch answer.
+func shareFetchError(resp kmsg.Response) int16 { return resp.(*shareFetchAnswer).ErrorCode }
+
+// storedBytesOf is what the cluster's logs hold (on the loop).
+func storedBytesOf(c *Cluster) int64 { return c.storedBytes }
+
+// armedTimers is how many timers wait on the loop (on the loop).
+func armedTimers(c *Cluster) int { return len(c.timers) }

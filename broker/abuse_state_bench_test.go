@@ -96,7 +96,7 @@ func BenchmarkAbuseEmptyShareGroups(b *testing.B) {
 			sf.GroupID, sf.MemberID = kmsg.StringPtr(group), kmsg.StringPtr("m")
 			sf.MaxRecords, sf.MaxBytes = 10, 1<<20
 			sf.Topics = []kmsg.ShareFetchRequestTopic{{TopicID: topicID, Partitions: []kmsg.ShareFetchRequestTopicPartition{{Partition: 0}}}}
-			requireOK(b, groupAwait(b, groupSend(b, c, 0, sf)).(*shareFetchAnswer).ErrorCode, "fetch")
+			requireOK(b, shareFetchError(groupAwait(b, groupSend(b, c, 0, sf))), "fetch")
 			hb.MemberEpoch = -1
 			hb.SubscribedTopicNames = nil
 			requireOK(b, groupAwait(b, groupSend(b, c, node, hb)).(*kmsg.ShareGroupHeartbeatResponse).ErrorCode, "leave")
@@ -105,7 +105,8 @@ func BenchmarkAbuseEmptyShareGroups(b *testing.B) {
 		pr.reset()
 		cpu := cpuOver(watch)
 		pr.finish(b)
-		n, _ := timerCount(b, c)
+		var n int
+		require.NoError(b, c.do(func() { n = armedTimers(c) }))
 		heap, _ := heapInUse()
 		b.ReportMetric(cpu, "cpu-%")
 		b.ReportMetric(float64(n), "timers-armed")
@@ -178,7 +179,7 @@ func BenchmarkAbuseTransactionalPipeline(b *testing.B) {
 			for _, p := range c.topics[wire.TransactionStateTopic].partitions {
 				txnState += p.bytes
 			}
-			stored = c.storedBytes
+			stored = storedBytesOf(c)
 		}))
 		b.ReportMetric(float64(commits), "commits")
 		b.ReportMetric(float64(commits)/elapsed.Seconds(), "commits/s")
