@@ -35,18 +35,15 @@ func handleListOffsets(c *Cluster, r *request) (kmsg.Response, error) {
 	type at struct{ topic, partition int }
 	places := make(map[groupTP]at)
 	dups := make(map[groupTP]bool)
-	topicIndex := make(map[string]int)
+	slots := topicSlots{}
 	var asked []kmsg.ListOffsetsRequestTopicPartition // by place, in resp order
 	var askedTopic []*topic
 	for _, rt := range req.Topics {
-		ti, ok := topicIndex[rt.Topic]
-		if !ok {
-			ti = len(resp.Topics)
-			topicIndex[rt.Topic] = ti
+		ti := slots.slot(rt.Topic, func() {
 			st := kmsg.NewListOffsetsResponseTopic()
 			st.Topic = rt.Topic
 			resp.Topics = append(resp.Topics, st)
-		}
+		})
 		for _, rp := range rt.Partitions {
 			tp := groupTP{topic: rt.Topic, partition: rp.Partition}
 			if _, seen := places[tp]; seen {

@@ -36,16 +36,13 @@ func handleDeleteRecords(c *Cluster, r *request) (kmsg.Response, error) {
 	}
 	targets := make(map[groupTP]*target)
 	var order []groupTP
-	topicIndex := make(map[string]int)
+	slots := topicSlots{}
 	for _, rt := range req.Topics {
-		ti, ok := topicIndex[rt.Topic]
-		if !ok {
-			ti = len(resp.Topics)
-			topicIndex[rt.Topic] = ti
+		ti := slots.slot(rt.Topic, func() {
 			st := kmsg.NewDeleteRecordsResponseTopic()
 			st.Topic = rt.Topic
 			resp.Topics = append(resp.Topics, st)
-		}
+		})
 		for _, rp := range rt.Partitions {
 			tp := groupTP{topic: rt.Topic, partition: rp.Partition}
 			if t := targets[tp]; t != nil {

@@ -33,3 +33,9 @@ func storedBytesOf(c *Cluster) int64 { return c.storedBytes }
 
 // armedTimers is how many timers wait on the loop (on the loop).
 func armedTimers(c *Cluster) int { return len(c.timers) }
+
+// resetLongestTurn forgets the loop's longest turn so far (on the loop).
+func resetLongestTurn(c *Cluster) { c.stats.longestTurn = 0 }
+
+// longestTurn is the loop's longest turn since the reset (on the loop).
+func longestTurn(c *Cluster) time.Duration { return c.stats.longestTurn }

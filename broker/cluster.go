@@ -72,6 +72,10 @@ type loopStats struct {
 	fetchBytes    int64 // record bytes those answers carry (copied off the loop)
 	compactions   int   // coordinator log compactions
 	retentionRuns int   // retention checks of a partition
+	// longestTurn is the longest the loop spent on one event (a request,
+	// an admin call, a slice of timers) and what it set off: how long one
+	// thing delayed every other client. Benchmarks report it.
+	longestTurn time.Duration
 }
 
 // node is one listener of the cluster; its id is its index in Cluster.nodes.
@@ -254,28 +258,34 @@ func (c *Cluster) run() {
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
-	var wakeAt time.Time // when wake fires; zero while stopped
+	var wakeAt time.Time // when wake fires, if armed
+	armed := false
 	for {
 		switch next, ok := c.nextTimer(); {
-		case !ok && !wakeAt.IsZero():
+		case !ok && armed:
 			wake.Stop()
-			wakeAt = time.Time{}
-		case ok && !next.Equal(wakeAt):
+			armed = false
+		case ok && (!armed || !next.Equal(wakeAt)):
 			wake.Reset(time.Until(next))
-			wakeAt = next
+			wakeAt, armed = next, true
 		}
+		var start time.Time
 		select {
 		case r := <-c.reqCh:
+			start = time.Now()
 			c.dispatch(r)
 		case fn := <-c.adminCh:
+			start = time.Now()
 			fn()
 		case <-wake.C:
-			wakeAt = time.Time{}
-			c.runTimers(time.Now())
+			armed = false
+			start = time.Now()
+			c.runTimers(start)
 		case <-c.dying:
 			return
 		}
 		c.settle()
+		c.stats.longestTurn = max(c.stats.longestTurn, time.Since(start))
 	}
 }
 

@@ -257,16 +257,7 @@ func TestProducerStateExpiresUnlessATransactionIsOpen(t *testing.T) {
 	createTopic(t, c, "ps", 1)
 	pid, epoch := txnInitOK(t, c, "open-txn")
 	require.NoError(t, txnProduce(t, c, 12, "open-txn", "ps", 0, pid, epoch, 0, "t"))
-	idempotent := kmsg.NewPtrProduceRequest()
-	idempotent.Version = 9
-	idempotent.Acks = -1
-	idempotent.TimeoutMillis = 1000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "ps"
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = buildBatch([]kv{{value: []byte("i")}}, 7777, 0, 0, false, false, time.Now())
-	rt.Partitions = append(rt.Partitions, rp)
-	idempotent.Topics = append(idempotent.Topics, rt)
+	idempotent := produceReq("ps", buildBatch([]kv{{value: []byte("i")}}, 7777, 0, 0, false, false, time.Now()))
 	require.NoError(t, kerr.ErrorForCode(txnWire(t, c, 0, idempotent).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode))
 
 	producers := func() map[int64]bool {

@@ -22,7 +22,6 @@ package broker
 // deletes those at its next cleanup, every offsets.retention.check.interval.ms.
 
 import (
-	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -178,20 +177,7 @@ func (g *groupCoordinator) expireOffsets(st *groupShard, grp *classicGroup, now 
 	if len(expired) == 0 && !deleteGroup {
 		return false
 	}
-	sort.Slice(expired, func(i, j int) bool {
-		if expired[i].topic != expired[j].topic {
-			return expired[i].topic < expired[j].topic
-		}
-		return expired[i].partition < expired[j].partition
-	})
-	recs := make([]kv, 0, len(expired)+1)
-	for _, tp := range expired {
-		recs = append(recs, offsetRecord(grp.name, tp, nil))
-	}
-	if deleteGroup {
-		recs = append(recs, groupRecord(grp.name, nil))
-	}
-	if _, err := g.appendRecords(st, recs, -1, -1, now); err != nil {
+	if _, err := g.appendRecords(st, tombstones(grp.name, expired, deleteGroup), -1, -1, now); err != nil {
 		g.c.logger.Warn("expired offsets not deleted", "group", grp.name, "err", err)
 		return false
 	}

@@ -286,18 +286,7 @@ func (g *groupCoordinator) deleteGroup(st *groupShard, group string, now time.Ti
 	for tp := range grp.offsets {
 		tps = append(tps, tp)
 	}
-	sort.Slice(tps, func(i, j int) bool {
-		if tps[i].topic != tps[j].topic {
-			return tps[i].topic < tps[j].topic
-		}
-		return tps[i].partition < tps[j].partition
-	})
-	recs := make([]kv, 0, len(tps)+1)
-	for _, tp := range tps {
-		recs = append(recs, offsetRecord(group, tp, nil))
-	}
-	recs = append(recs, groupRecord(group, nil))
-	if _, err := g.appendRecords(st, recs, -1, -1, now); err != nil {
+	if _, err := g.appendRecords(st, tombstones(group, tps, true), -1, -1, now); err != nil {
 		return err
 	}
 	g.forget(st, grp)

@@ -38,6 +38,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -136,6 +137,26 @@ func groupRecord(name string, grp *classicGroup) kv {
 		})
 	}
 	return kv{key: key, value: mustJSON(v)}
+}
+
+// tombstones returns the records deleting the group's offsets of tps, in
+// topic and partition order (tps is sorted in place), and, with
+// dropGroup, the group's record too.
+func tombstones(group string, tps []groupTP, dropGroup bool) []kv {
+	sort.Slice(tps, func(i, j int) bool {
+		if tps[i].topic != tps[j].topic {
+			return tps[i].topic < tps[j].topic
+		}
+		return tps[i].partition < tps[j].partition
+	})
+	recs := make([]kv, 0, len(tps)+1)
+	for _, tp := range tps {
+		recs = append(recs, offsetRecord(group, tp, nil))
+	}
+	if dropGroup {
+		recs = append(recs, groupRecord(group, nil))
+	}
+	return recs
 }
 
 // replayBatch applies one batch of the partition's log while loading.

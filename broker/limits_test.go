@@ -184,18 +184,7 @@ func TestFetchRepeatedPartitionIsReadOnce(t *testing.T) {
 func TestProduceRepeatedPartitionAppendsOnce(t *testing.T) {
 	c := newTestCluster(t)
 	createTopic(t, c, "pr", 1)
-	req := kmsg.NewPtrProduceRequest()
-	req.Version = 9
-	req.Acks = -1
-	req.TimeoutMillis = 5000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "pr"
-	for _, v := range []string{"first", "last"} {
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = buildBatch([]kv{{value: []byte(v)}}, -1, -1, -1, false, false, time.Now())
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
+	req := produceReq("pr", plainBatch("first"), plainBatch("last"))
 	resp := txnWire(t, c, 0, req).(*kmsg.ProduceResponse)
 	require.Len(t, resp.Topics[0].Partitions, 1)
 	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode))
@@ -347,6 +336,28 @@ func TestCollidingTopicNamesUseTheIndex(t *testing.T) {
 		require.Equal(t, "", c.collidingTopic("a_b_c"))
 	}))
 	require.Equal(t, []int16{0}, create("a_b_c"))
+}
+
+// produceReq builds a v9 acks=-1 Produce of one entry per batch, all for
+// partition 0 of topic.
+func produceReq(topic string, batches ...[]byte) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = 9
+	req.Acks, req.TimeoutMillis = -1, 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	for _, raw := range batches {
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = raw
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// plainBatch is a one-record batch without a producer id.
+func plainBatch(value string) []byte {
+	return buildBatch([]kv{{value: []byte(value)}}, -1, -1, -1, false, false, time.Now())
 }
 
 // waitWatched waits until a parked request watches topic/partition.

@@ -45,11 +45,15 @@ func retentionPolicyOf(configs map[string]string) retentionPolicy {
 			}
 		}
 	}
-	if n, err := strconv.ParseInt(strings.TrimSpace(configs["retention.ms"]), 10, 64); err == nil {
-		pol.ms = n
+	if v, ok := configs["retention.ms"]; ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			pol.ms = n
+		}
 	}
-	if n, err := strconv.ParseInt(strings.TrimSpace(configs["retention.bytes"]), 10, 64); err == nil {
-		pol.bytes = n
+	if v, ok := configs["retention.bytes"]; ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			pol.bytes = n
+		}
 	}
 	return pol
 }

@@ -207,17 +207,7 @@ func TestMaxBytesRefusesProduceAndKeepsServingReads(t *testing.T) {
 	budget := internal + 3*size
 	require.NoError(t, c.do(func() { c.cfg.maxBytes = budget }))
 	produce := func() kmsg.ProduceResponseTopicPartition {
-		req := kmsg.NewPtrProduceRequest()
-		req.Version = 9
-		req.Acks = -1
-		req.TimeoutMillis = 1000
-		rt := kmsg.NewProduceRequestTopic()
-		rt.Topic = "budget"
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = buildBatch([]kv{{value: []byte("v")}}, -1, -1, -1, false, false, time.Now())
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		return txnWire(t, c, 0, req).(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		return txnWire(t, c, 0, produceReq("budget", plainBatch("v"))).(*kmsg.ProduceResponse).Topics[0].Partitions[0]
 	}
 	for i := 0; i < 3; i++ {
 		require.NoError(t, kerr.ErrorForCode(produce().ErrorCode))

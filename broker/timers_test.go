@@ -101,3 +101,19 @@ func TestRunTimersSharesTheLoop(t *testing.T) {
 	c.runTimers(base)
 	require.Equal(t, 2, again)
 }
+
+// TestTimerDueAtOnceWakesTheLoop: a timer armed for the zero time (as
+// compaction arms itself, to run right after the event at hand) wakes a
+// loop that has no other timer.
+func TestTimerDueAtOnceWakesTheLoop(t *testing.T) {
+	c := newTestCluster(t)
+	fired := make(chan struct{})
+	require.NoError(t, c.do(func() {
+		c.arm(newTimer(func(time.Time) { close(fired) }), time.Time{})
+	}))
+	select {
+	case <-fired:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a timer due at once never fired")
+	}
+}

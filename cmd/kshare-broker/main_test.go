@@ -24,20 +24,26 @@ func buildBroker(t *testing.T) string {
 	return bin
 }
 
-// TestReadyLineServeAndStop starts the command as a process: it prints
-// exactly one ready line naming every node, serves Kafka clients, and exits
-// cleanly on SIGTERM.
-func TestReadyLineServeAndStop(t *testing.T) {
-	bin := buildBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
+// startBroker builds and starts the command with args and returns it, its
+// stdout and its first line, the ready line.
+func startBroker(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *bufio.Scanner, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, buildBroker(t), args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	lines := bufio.NewScanner(stdout)
 	require.True(t, lines.Scan(), "no ready line")
-	ready := lines.Text()
+	return cmd, lines, lines.Text()
+}
+
+// TestReadyLineServeAndStop starts the command as a process: it prints
+// exactly one ready line naming every node, serves Kafka clients, and exits
+// cleanly on SIGTERM.
+func TestReadyLineServeAndStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, lines, ready := startBroker(t, ctx, "-nodes", "3", "-port", "0", "-log-level", "warn")
 	require.True(t, strings.HasPrefix(ready, "kshare-broker ready bootstrap="), ready)
 	seeds := strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
 	require.Len(t, seeds, 3)
@@ -76,20 +82,14 @@ func TestBadFlagsFail(t *testing.T) {
 // process refuses records past its budget with POLICY_VIOLATION, which the
 // client does not retry, and keeps serving what it holds.
 func TestMaxBytesFlagRefusesProduceAndKeepsReads(t *testing.T) {
-	bin := buildBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-port", "0", "-log-level", "error", "-max-bytes", "65536")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	cmd, _, ready := startBroker(t, ctx, "-port", "0", "-log-level", "error", "-max-bytes", "65536")
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	lines := bufio.NewScanner(stdout)
-	require.True(t, lines.Scan(), "no ready line")
-	seed := strings.TrimPrefix(lines.Text(), "kshare-broker ready bootstrap=")
+	seed := strings.TrimPrefix(ready, "kshare-broker ready bootstrap=")
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("budget"),
 		kgo.ConsumeTopics("budget"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
