@@ -120,8 +120,10 @@ func (p *prober) roundTrip(frame []byte) error {
 }
 
 // reset forgets the latencies so far (those of the set-up), and the
-// loop's longest turn.
+// loop's longest turn. It collects the set-up's garbage first, so that
+// the measurement does not pay for it.
 func (p *prober) reset() {
+	runtime.GC()
 	p.mu.Lock()
 	p.lat = p.lat[:0]
 	p.mu.Unlock()

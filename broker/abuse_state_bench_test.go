@@ -171,6 +171,9 @@ func BenchmarkAbuseTransactionalPipeline(b *testing.B) {
 			}
 			return low
 		}
+		for _, s := range samples {
+			b.Logf("after %d commits: heap %.2f MiB", s.commits, float64(s.heap)/mib)
+		}
 		third := len(samples) / 3
 		early, late := lowest(samples[:third]), lowest(samples[len(samples)-third:])
 		growth := (float64(late.heap) - float64(early.heap)) / float64(late.commits-early.commits)

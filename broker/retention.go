@@ -10,10 +10,13 @@ package broker
 // batches go while the log without them still holds at least
 // retention.bytes, Kafka's rule; as in Kafka, deletion stops at the first
 // batch that may stay, so a batch with a future timestamp holds back those
-// after it. A partition is checked at most once per RetentionCheckInterval
-// (Kafka's log.retention.check.interval.ms), and only when something is
-// due: its timer is armed at the head batch's expiry, or at once when
-// retention.bytes is exceeded.
+// after it. retention.bytes is enforced as soon as an append passes it:
+// memory, unlike Kafka's disk, is what the limit protects. retention.ms is
+// checked at most once per RetentionCheckInterval (Kafka's
+// log.retention.check.interval.ms), never sooner than an interval after
+// the partition's creation (as Kafka's first check comes a while after
+// start), and only when something is due: the timer is armed at the head
+// batch's expiry.
 
 import (
 	"fmt"
@@ -80,18 +83,20 @@ func (c *Cluster) armRetention(p *partition, now time.Time) {
 	switch {
 	case p.deleted || p.topic.internal || !pol.delete || len(p.batches) == 0:
 	case pol.bytes >= 0 && p.bytes > pol.bytes:
+		// Memory, unlike Kafka's disk, is what the size limit is for:
+		// it is enforced at once.
 		due = now
 	case pol.ms >= 0:
 		due = time.UnixMilli(p.batches[0].maxTs).Add(time.Duration(pol.ms+1) * time.Millisecond)
+		if earliest := p.lastRetention.Add(c.cfg.retentionCheckInterval); due.Before(earliest) {
+			due = earliest
+		}
 	}
 	if due.IsZero() {
 		if p.retention != nil {
 			c.disarm(p.retention)
 		}
 		return
-	}
-	if earliest := p.lastRetention.Add(c.cfg.retentionCheckInterval); due.Before(earliest) {
-		due = earliest
 	}
 	if p.retention == nil {
 		p.retention = newTimer(func(now time.Time) { c.enforceRetention(p, now) })

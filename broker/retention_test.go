@@ -262,3 +262,17 @@ func TestShareGroupSkipsDeletedRecords(t *testing.T) {
 	got = m.fetch("sq", 0)
 	require.Equal(t, map[int64]int16{4: 2, 5: 2}, got, "2 and 3 are gone with their batches")
 }
+
+// TestRetentionWaitsOneIntervalAfterCreation: as Kafka's first retention
+// check comes a while after start, records with old timestamps are not
+// deleted the moment they arrive.
+func TestRetentionWaitsOneIntervalAfterCreation(t *testing.T) {
+	c := newTestCluster(t, RetentionCheckInterval(time.Hour))
+	createTopicWith(t, c, "old", 1, map[string]string{"retention.ms": "1000"})
+	appendBatches(t, c, "old", 0, 3, func(int) int64 { return 0 }) // 1970
+	var due time.Time
+	require.NoError(t, c.do(func() { due = c.partitionOf("old", 0).retention.at }))
+	require.True(t, due.After(time.Now().Add(59*time.Minute)), "first check at %v", due)
+	start, _, _, _ := logShape(t, c, "old", 0)
+	require.Zero(t, start)
+}

@@ -55,9 +55,14 @@ func newTopicID() [16]byte {
 func (c *Cluster) createTopic(name string, partitions int32, configs map[string]string, internal bool) *topic {
 	t := &topic{name: name, id: newTopicID(), internal: internal}
 	start := int32(len(c.topics))
+	now := time.Now()
 	for i := int32(0); i < partitions; i++ {
 		p := newPartition(t, i, (start+i)%int32(len(c.nodes)))
 		p.c = c
+		// Like Kafka's first retention check, which comes a while after
+		// start, a new partition is first checked one interval after
+		// its creation.
+		p.lastRetention = now
 		t.partitions = append(t.partitions, p)
 	}
 	c.setConfigs(t, configs)
