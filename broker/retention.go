@@ -70,9 +70,17 @@ func (c *Cluster) afterAppend(p *partition, b *storedBatch) {
 		c.maybeCompact(p)
 		return
 	}
-	if !p.retention.armed() || (p.topic.retention.bytes >= 0 && p.bytes > p.topic.retention.bytes) {
+	if !p.retention.armed() || p.overRetentionBytes() {
 		c.armRetention(p, b.appendedAt)
 	}
+}
+
+// overRetentionBytes reports whether retention.bytes lets the head batch
+// go: the log without it still holds at least retention.bytes (Kafka's
+// rule, so a log may stay up to a batch above the limit).
+func (p *partition) overRetentionBytes() bool {
+	pol := p.topic.retention
+	return pol.delete && pol.bytes >= 0 && len(p.batches) > 0 && p.bytes-int64(len(p.batches[0].raw)) >= pol.bytes
 }
 
 // armRetention arms p's retention check at the earliest time something may
@@ -82,7 +90,7 @@ func (c *Cluster) armRetention(p *partition, now time.Time) {
 	var due time.Time
 	switch {
 	case p.deleted || p.topic.internal || !pol.delete || len(p.batches) == 0:
-	case pol.bytes >= 0 && p.bytes > pol.bytes:
+	case p.overRetentionBytes():
 		// Memory, unlike Kafka's disk, is what the size limit is for:
 		// it is enforced at once.
 		due = now

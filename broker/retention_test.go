@@ -82,6 +82,11 @@ func TestRetentionBytesKeepsAtLeastTheLimit(t *testing.T) {
 	require.GreaterOrEqual(t, bytes, int64(250))
 	require.Less(t, bytes-size, int64(250))
 	require.Equal(t, 10-want, batches)
+	// Above the limit by less than a batch is where Kafka's rule stops:
+	// the next check is retention.ms's, not another one at once.
+	var next time.Time
+	require.NoError(t, c.do(func() { next = c.partitionOf("rb", 0).retention.at }))
+	require.True(t, next.After(time.Now().Add(24*time.Hour)), "next retention check at %v", next)
 }
 
 func TestRetentionIsNotEnforcedWithoutDeletePolicyOrOnInternalTopics(t *testing.T) {
