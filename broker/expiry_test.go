@@ -300,3 +300,53 @@ func TestClosedTransactionsLeaveNoTrace(t *testing.T) {
 	require.LessOrEqual(t, open, 1)
 	require.Equal(t, 1, producers)
 }
+
+// TestBusyClusterFallsIdle: after a mix of work that arms every kind of
+// timer (retention, transactions, classic and share groups, long polls,
+// compaction), nothing is due before its time: a timer that re-armed
+// itself for "now" without progress would show here as the earliest one.
+func TestBusyClusterFallsIdle(t *testing.T) {
+	c := newTestCluster(t, RetentionCheckInterval(time.Millisecond))
+	require.NoError(t, c.do(func() { c.cfg.compactMinBytes = 1 << 10 }))
+	createTopicWith(t, c, "bounded", 1, map[string]string{"retention.bytes": "300"})
+	appendBatches(t, c, "bounded", 0, 20, func(int) int64 { return time.Now().UnixMilli() })
+
+	const txnID = "idle-check"
+	node := txnCoordinatorNode(t, c, txnID)
+	pid, epoch := txnInitOK(t, c, txnID)
+	for i := 0; i < 20; i++ {
+		require.NoError(t, txnProduce(t, c, 12, txnID, "bounded", 0, pid, epoch, 0, "v"))
+		end := txnEnd(t, c, node, 5, txnID, pid, epoch, true)
+		require.NoError(t, txnErr(end.ErrorCode))
+		pid, epoch = end.ProducerID, end.ProducerEpoch
+	}
+
+	const group = "g-idle"
+	gnode := groupCoordinatorNode(t, c, group)
+	member, gen := groupStableOne(t, c, gnode, group)
+	require.NoError(t, groupCommit(t, c, gnode, 9, group, member, gen, "bounded", map[int32]int64{0: 1})[0])
+	leave := kmsg.NewPtrLeaveGroupRequest()
+	leave.Version = 5
+	leave.Group = group
+	leave.Members = []kmsg.LeaveGroupRequestMember{{MemberID: member}}
+	groupAwait(t, groupSend(t, c, gnode, leave))
+
+	m := shareJoin(t, c, "sg-idle", "m", "bounded")
+	got := m.fetch("bounded", 0)
+	for off := range got {
+		require.NoError(t, m.acknowledge("bounded", 0, off, off, 1))
+	}
+	hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+	hb.Version = 1
+	hb.GroupID, hb.MemberID, hb.MemberEpoch = "sg-idle", "m", -1
+	txnWire(t, c, shareGroupCoordinator(t, c, "sg-idle"), hb)
+
+	rc := dialRaw(t, c)
+	require.NoError(t, c.do(func() { c.cfg.maxFetchWait = 20 * time.Millisecond }))
+	rc.roundTrip(fetchReq("bounded", 1<<20, 1<<20, 1000, fetchPart(0, 0, 1<<20)), 1)
+
+	require.Eventually(t, func() bool {
+		_, next := timerCount(t, c)
+		return next.IsZero() || next.After(time.Now().Add(time.Second))
+	}, 10*time.Second, 5*time.Millisecond, "some timer keeps coming due")
+}
