@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/txnclient"
@@ -19,16 +20,25 @@ import (
 // AddShareAcksToTxn and TxnShareAcknowledge, EndTxn), run by a
 // producer.Producer that produces nothing.
 //
-// Its calls are serialized; it may be shared by goroutines. Every error
-// matches txnclient.ErrAbortable (the acknowledgements did not commit; the
-// records come back to the group, see the package documentation),
-// txnclient.ErrFatal (fenced, unauthorized, or the cluster lacks KIP-1289:
-// close the acknowledger) or txnclient.ErrUsage (fix the call).
+// Its calls may be shared by goroutines: the transaction calls
+// (InitTransactions, CommitAcknowledgements, AbortAcknowledgements,
+// CommitCheckpoint, AbortCheckpoint) run one at a time, each waiting for
+// the one in progress within its context; Stage and Staged never wait for
+// a transaction; Close never waits past its context. Every error matches
+// txnclient.ErrAbortable (the acknowledgements did not commit; the records
+// come back to the group, see the package documentation),
+// txnclient.ErrInDoubt (a commit's outcome could not be learned, see
+// CommitAcknowledgements), txnclient.ErrFatal (fenced, unauthorized, or the
+// cluster lacks KIP-1289: close the acknowledger) or txnclient.ErrUsage
+// (fix the call, or the acknowledger is closed).
 type Acknowledger struct {
 	p      *producer.Producer
 	logger *slog.Logger
+	// txnSem serializes the transaction calls; a channel, so that waiting
+	// for it ends with the caller's context.
+	txnSem chan struct{}
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards what follows; never held across a transaction
 	closed    bool
 	staged    []checkpoint // sorted by id
 	committed int64        // highest checkpoint id committed
@@ -61,23 +71,44 @@ func New(opts ...Opt) (*Acknowledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Acknowledger{p: p, logger: cfg.logger}, nil
+	return &Acknowledger{p: p, logger: cfg.logger, txnSem: make(chan struct{}, 1)}, nil
 }
 
 // Producer returns the producer that runs the transactions, for its
 // metrics and transaction state. Do not begin or end transactions on it.
 func (a *Acknowledger) Producer() *producer.Producer { return a.p }
 
+// enter checks that the acknowledger is open and waits, within ctx, for
+// the transaction call in progress; the returned function ends this one.
+func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
+	if ctx == nil {
+		return nil, txnclient.Usage(op, errors.New("nil context"))
+	}
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return nil, errClosed(op)
+	}
+	select {
+	case a.txnSem <- struct{}{}:
+		return func() { <-a.txnSem }, nil
+	case <-ctx.Done():
+		return nil, txnclient.Abortable(op, fmt.Errorf("waiting for the transaction call in progress: %w", ctx.Err()))
+	}
+}
+
 // InitTransactions gets the acknowledger's producer id and epoch, fencing
 // an older acknowledger with the same transactional id. Call it once before
 // anything else, and again after an error left a transaction that
-// AbortAcknowledgements could not end.
+// AbortAcknowledgements could not end: it ends that transaction first (see
+// producer.Producer.InitTransactions).
 func (a *Acknowledger) InitTransactions(ctx context.Context) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return errClosed("init transactions")
+	leave, err := a.enter(ctx, "init transactions")
+	if err != nil {
+		return err
 	}
+	defer leave()
 	return a.p.InitTransactions(ctx)
 }
 
@@ -88,34 +119,43 @@ func (a *Acknowledger) InitTransactions(ctx context.Context) error {
 // nowhere: records whose acknowledgement reached their leader are
 // available to the group again at once, the others when their locks run
 // out. Empty acks commit nothing and return nil.
+//
+// If the commit's answer is lost (txnclient.ErrInDoubt from the producer),
+// the abort learns the outcome: CommitAcknowledgements returns nil if the
+// commit had been applied, and ErrAbortable if it had not. Only when the
+// abort cannot learn it either (ctx ended) does the error match
+// txnclient.ErrInDoubt; AbortAcknowledgements, InitTransactions or Close
+// then learn it.
 func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
 	const op = "commit acknowledgements"
 	if acks == nil {
 		return txnclient.Usage(op, errors.New("nil acknowledgements"))
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return errClosed(op)
+	leave, err := a.enter(ctx, op)
+	if err != nil {
+		return err
 	}
+	defer leave()
 	if acks.Len() == 0 {
 		return nil
 	}
-	return a.runTxn(ctx, op, []sendItem{{acks: acks, meta: meta}})
+	return a.runTxn(ctx, op, []sendItem{{acks: guarded(acks), meta: meta}})
 }
 
 // AbortAcknowledgements aborts a transaction that a failed call left open
 // (CommitAcknowledgements and CommitCheckpoint abort on failure, but the
 // abort itself can fail, for example when ctx ends). With no transaction in
-// progress it does nothing.
+// progress it does nothing. After an in-doubt commit it returns an error
+// matching txnclient.ErrCommitted if the commit turns out to have been
+// applied.
 func (a *Acknowledger) AbortAcknowledgements(ctx context.Context) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return errClosed("abort acknowledgements")
+	leave, err := a.enter(ctx, "abort acknowledgements")
+	if err != nil {
+		return err
 	}
+	defer leave()
 	switch a.p.Transactions().State() {
-	case txnclient.StateInTransaction, txnclient.StateAbortableError:
+	case txnclient.StateInTransaction, txnclient.StateAbortableError, txnclient.StateInDoubt:
 		return a.p.AbortTransaction(ctx)
 	}
 	return nil
@@ -128,9 +168,11 @@ type sendItem struct {
 }
 
 // runTxn begins a transaction, sends items and commits. On failure it
-// aborts (unless the producer is fatally broken) and tells the trackers of
+// aborts (unless the producer is fatally broken), which also learns the
+// outcome of a commit whose answer was lost, and tells the trackers of
 // items that never joined the transaction that they will not be sent; the
-// producer tells the others when the abort completes.
+// producer tells the others when the transaction's outcome is known. Every
+// item's tracker is resolved once (guarded makes a second call a no-op).
 func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) error {
 	if err := a.p.BeginTransaction(); err != nil {
 		resolveAll(items, false)
@@ -145,17 +187,30 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 		}
 		return a.p.CommitTransaction(ctx)
 	}()
-	if err == nil {
+	if err == nil || errors.Is(err, txnclient.ErrFatal) {
+		return err
+	}
+	aerr := a.p.AbortTransaction(ctx)
+	switch {
+	case aerr == nil && errors.Is(err, txnclient.ErrInDoubt):
+		var te *txnclient.Error
+		cause := err
+		if errors.As(err, &te) && te.Err != nil {
+			cause = te.Err
+		}
+		return txnclient.Abortable(op, fmt.Errorf("the commit's answer was lost and the abort found it had not been applied: %w", cause))
+	case aerr == nil:
+		return err
+	case errors.Is(aerr, txnclient.ErrCommitted):
+		a.logger.Info("the commit whose answer was lost had been applied", "op", op)
 		return nil
 	}
-	if a.p.Transactions().State() != txnclient.StateFatalError {
-		if aerr := a.p.AbortTransaction(ctx); aerr != nil {
-			a.logger.Warn("abort after a failed transactional acknowledgement failed; call AbortAcknowledgements",
-				"op", op, "err", aerr)
-			return fmt.Errorf("%w (abort failed too: %w)", err, aerr)
-		}
+	a.logger.Warn("abort after a failed transactional acknowledgement failed; call AbortAcknowledgements",
+		"op", op, "err", aerr)
+	if errors.Is(aerr, txnclient.ErrInDoubt) {
+		return aerr
 	}
-	return err
+	return fmt.Errorf("%w (abort failed too: %w)", err, aerr)
 }
 
 func resolveAll(items []sendItem, committed bool) {
@@ -167,21 +222,29 @@ func resolveAll(items []sendItem, committed bool) {
 }
 
 // Close drops every staged checkpoint (their records come back to the
-// group when their locks run out), aborts a transaction in progress and
-// closes the producer, within ctx. Calling it again does nothing.
+// group when their locks run out), then closes the producer within ctx,
+// which ends a transaction in progress the way producer.Producer.Close
+// does: a transaction call running in another goroutine is waited for
+// within ctx and cut short after, and a transaction left open is aborted.
+// It returns the producer's error: nil, or why a transaction could not be
+// ended. Every staged acknowledgement has been resolved once when it
+// returns, and calls after it fail with ErrUsage. Calling it again waits
+// for the first Close within ctx and returns nil.
 func (a *Acknowledger) Close(ctx context.Context) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.closed {
-		return nil
+		a.mu.Unlock()
+		return a.p.Close(ctx)
 	}
 	a.closed = true
-	for _, cp := range a.staged {
+	staged := a.staged
+	a.staged = nil
+	a.mu.Unlock()
+	for _, cp := range staged {
 		if cp.acks.Tracker != nil {
 			cp.acks.Tracker.Resolve(cp.acks, false)
 		}
 	}
-	a.staged = nil
 	return a.p.Close(ctx)
 }
 
@@ -193,7 +256,7 @@ func errClosed(op string) error { return txnclient.Usage(op, errors.New("acknowl
 func groupByMember(cps []checkpoint, typ func(wire.AckType) wire.AckType) []sendItem {
 	byMeta := make(map[wire.ShareGroupMetadata]*sendItem)
 	var order []wire.ShareGroupMetadata
-	trackers := make(map[wire.ShareGroupMetadata]fanout)
+	trackers := make(map[wire.ShareGroupMetadata][]*wire.ShareAcks)
 	for _, cp := range cps {
 		it := byMeta[cp.meta]
 		if it == nil {
@@ -221,22 +284,39 @@ func groupByMember(cps []checkpoint, typ func(wire.AckType) wire.AckType) []send
 	out := make([]sendItem, 0, len(order))
 	for _, m := range order {
 		it := byMeta[m]
-		if f := trackers[m]; len(f) > 0 {
-			it.acks.Tracker = f
+		if parts := trackers[m]; len(parts) > 0 {
+			it.acks.Tracker = &fanout{parts: parts}
 		}
 		out = append(out, *it)
 	}
 	return out
 }
 
-// fanout is the tracker of merged acknowledgements: it passes each event
-// on to the tracker of every part.
-type fanout []*wire.ShareAcks
+// guarded returns a copy of acks whose tracker passes every event on to
+// acks' own tracker, and resolves it once however often it is told.
+func guarded(acks *wire.ShareAcks) *wire.ShareAcks {
+	if acks.Tracker == nil {
+		return acks
+	}
+	g := new(wire.ShareAcks)
+	g.Merge(acks)
+	g.Tracker = &fanout{parts: []*wire.ShareAcks{acks}}
+	return g
+}
+
+// fanout is the tracker of merged (or guarded) acknowledgements: it
+// passes each event on to the tracker of every part, and the outcome only
+// once, since both the producer (once a transaction ends) and the
+// acknowledger (for acknowledgements that never joined one) may report it.
+type fanout struct {
+	parts    []*wire.ShareAcks
+	resolved atomic.Bool
+}
 
 // Stage checks every part again with its own tracker (the consumer renews
 // staged locks, but one may still have been lost).
-func (f fanout) Stage(*wire.ShareAcks) error {
-	for _, part := range f {
+func (f *fanout) Stage(*wire.ShareAcks) error {
+	for _, part := range f.parts {
 		if err := part.Tracker.Stage(part); err != nil {
 			return err
 		}
@@ -244,9 +324,12 @@ func (f fanout) Stage(*wire.ShareAcks) error {
 	return nil
 }
 
-// Resolve tells every part's tracker the outcome.
-func (f fanout) Resolve(_ *wire.ShareAcks, committed bool) {
-	for _, part := range f {
+// Resolve tells every part's tracker the outcome, the first time only.
+func (f *fanout) Resolve(_ *wire.ShareAcks, committed bool) {
+	if f.resolved.Swap(true) {
+		return
+	}
+	for _, part := range f.parts {
 		part.Tracker.Resolve(part, committed)
 	}
 }

@@ -61,12 +61,17 @@ func (a *Acknowledger) Staged() []int64 {
 }
 
 // take removes and returns the checkpoints staged with an id up to
-// checkpointID.
-func (a *Acknowledger) take(checkpointID int64) []checkpoint {
+// checkpointID; it fails once Close has dropped them all.
+func (a *Acknowledger) take(op string, checkpointID int64) ([]checkpoint, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errClosed(op)
+	}
 	n := sort.Search(len(a.staged), func(i int) bool { return a.staged[i].id > checkpointID })
 	out := append([]checkpoint(nil), a.staged[:n]...)
 	a.staged = append(a.staged[:0], a.staged[n:]...)
-	return out
+	return out, nil
 }
 
 // CommitCheckpoint commits, in one transaction, every acknowledgement
@@ -83,12 +88,15 @@ func (a *Acknowledger) take(checkpointID int64) []checkpoint {
 // count toward the group's delivery limit only through redeliveries.
 func (a *Acknowledger) CommitCheckpoint(ctx context.Context, checkpointID int64) error {
 	const op = "commit checkpoint"
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return errClosed(op)
+	leave, err := a.enter(ctx, op)
+	if err != nil {
+		return err
 	}
-	cps := a.take(checkpointID)
+	defer leave()
+	cps, err := a.take(op, checkpointID)
+	if err != nil {
+		return err
+	}
 	if len(cps) > 0 {
 		items := groupByMember(cps, func(t wire.AckType) wire.AckType { return t })
 		if err := a.runTxn(ctx, op, items); err != nil {
@@ -96,6 +104,8 @@ func (a *Acknowledger) CommitCheckpoint(ctx context.Context, checkpointID int64)
 			return fmt.Errorf("checkpoint %d: %w", checkpointID, err)
 		}
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if !a.anyCommit || checkpointID > a.committed {
 		a.committed, a.anyCommit = checkpointID, true
 	}
@@ -112,14 +122,14 @@ func (a *Acknowledger) CommitCheckpoint(ctx context.Context, checkpointID int64)
 // dropped either way.
 func (a *Acknowledger) AbortCheckpoint(ctx context.Context, checkpointID int64) error {
 	const op = "abort checkpoint"
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return errClosed(op)
+	leave, err := a.enter(ctx, op)
+	if err != nil {
+		return err
 	}
-	cps := a.take(checkpointID)
-	if len(cps) == 0 {
-		return nil
+	defer leave()
+	cps, err := a.take(op, checkpointID)
+	if err != nil || len(cps) == 0 {
+		return err
 	}
 	items := groupByMember(cps, func(wire.AckType) wire.AckType { return wire.AckRelease })
 	if err := a.runTxn(ctx, op, items); err != nil {

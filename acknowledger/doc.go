@@ -52,9 +52,20 @@
 // # Errors
 //
 // Every error matches one of txnclient.ErrAbortable (nothing committed; the
-// records come back; redo the work), txnclient.ErrFatal (fenced,
-// unauthorized, or a broker lacks KIP-1289: txnclient.ErrShareAcksUnsupported
-// names it; close the acknowledger) and txnclient.ErrUsage (fix the call).
-// A lock that ran out surfaces as ErrAbortable wrapping
+// records come back; redo the work), txnclient.ErrInDoubt (a commit's
+// answer was lost and its abort could not learn the outcome either;
+// AbortAcknowledgements, InitTransactions or Close learns it),
+// txnclient.ErrCommitted (AbortAcknowledgements found that such a commit
+// had committed), txnclient.ErrFatal (fenced, unauthorized, or a broker
+// lacks KIP-1289: txnclient.ErrShareAcksUnsupported names it; close the
+// acknowledger) and txnclient.ErrUsage (fix the call, or the acknowledger
+// is closed). A lock that ran out surfaces as ErrAbortable wrapping
 // shareconsumer.ErrLockExpired.
+//
+// # Lifecycle
+//
+// The transaction calls run one at a time; Close drops the staged
+// checkpoints and closes the producer without waiting past its context for
+// a call in progress, and every staged acknowledgement is resolved exactly
+// once (docs/design.md, "Lifecycle").
 package acknowledger

@@ -16,7 +16,11 @@ package broker
 // only verifies that the client added it (KIP-890 part 1: a partition it
 // did not add is TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE below),
 // and a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka answers. Clients
-// may not write to internal topics. Past the MaxBytes budget a partition's
+// may not write to internal topics. A batch larger than the topic's
+// max.message.bytes (default 1048588, Kafka's message.max.bytes) is
+// MESSAGE_TOO_LARGE for its partition, checked before the CRC as Kafka
+// checks it; the size is the whole batch, its 12-byte log overhead
+// included (topic_limits.go). Past the MaxBytes budget a partition's
 // records are refused with POLICY_VIOLATION and a message naming the
 // budget (docs/broker.md). Like Kafka, a partition named twice is appended
 // once, with the records given last, and answered once. Skipped: quotas,
@@ -161,7 +165,7 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 	if t.internal {
 		return kerr.InvalidTopicException
 	}
-	batches, err := splitBatches(rp.Records, version)
+	batches, err := splitBatches(rp.Records, version, t.maxMessageBytes())
 	if err != nil {
 		var be *errBatch
 		if errors.As(err, &be) {

@@ -13,9 +13,15 @@ package broker
 // partitions get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id, v10),
 // metadata over 4096 bytes OFFSET_METADATA_TOO_LARGE. The valid partitions
 // are written as one batch to __consumer_offsets and applied at once.
-// Offsets expire by the broker's OffsetsRetention (group_expiry.go).
-// Skipped: v2-4's per-request retention time (the broker-wide one
-// applies), KIP-848 member epochs (consumer groups are not served).
+// A KIP-848 consumer group takes the member epoch as the generation
+// (consumer_group_reconcile.go): a commit without member only while the
+// group has no members, else the member must exist (UNKNOWN_MEMBER_ID) and
+// commit with v9+ (UNSUPPORTED_VERSION), and its epoch must not be ahead
+// of the member's (STALE_MEMBER_EPOCH); an older epoch is accepted per
+// partition for partitions assigned to the member at that epoch or before
+// (KIP-1251), STALE_MEMBER_EPOCH for the others. Offsets expire by the
+// broker's OffsetsRetention (group_expiry.go). Skipped: v2-4's per-request
+// retention time (the broker-wide one applies).
 
 import (
 	"time"
@@ -32,18 +38,21 @@ func handleOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	now := time.Now()
 	byID := req.Version >= 10
 
-	st, groupErr := g.commitShard(r.node.id, req.Group, offsetCommitter{
+	who := offsetCommitter{
 		memberID:   req.MemberID,
 		instanceID: req.InstanceID,
 		generation: req.Generation,
 		version:    req.Version,
-	})
+	}
+	st, groupErr := g.commitShard(r.node.id, req.Group, who)
 	var writes []offsetWrite
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
 			w := c.newOffsetWrite(byID, rt.Topic, rt.TopicID, rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, now)
 			if groupErr != nil {
 				w.err = groupErr
+			} else {
+				g.checkCommitPartition(st, req.Group, who, &w)
 			}
 			writes = append(writes, w)
 		}

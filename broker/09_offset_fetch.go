@@ -10,8 +10,11 @@ package broker
 // -1 without error. With RequireStable (v7+), a partition whose
 // transactional offset commit awaits its transaction's marker answers
 // UNSTABLE_OFFSET_COMMIT so that the client retries. v10 names topics by id
-// (UNKNOWN_TOPIC_ID for an id the cluster does not know). Skipped: v9's
-// MemberId/MemberEpoch checks, which apply to KIP-848 consumer groups only.
+// (UNKNOWN_TOPIC_ID for an id the cluster does not know). v9's
+// MemberId/MemberEpoch are checked for KIP-848 consumer groups: without
+// them (an admin) anything may be read; with them the member must exist
+// (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH). Classic groups
+// are not checked, as on Kafka.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -33,8 +36,10 @@ func handleOffsetFetch(c *Cluster, r *request) (kmsg.Response, error) {
 			}
 			sg := kmsg.NewOffsetFetchResponseGroup()
 			sg.Group = rg.Group
-			var err *kerr.Error
-			sg.Topics, err = g.fetchGroup(r.node.id, rg.Group, topics, rg.Topics == nil, req.Version >= 10, req.RequireStable)
+			err := g.checkConsumerFetcher(r.node.id, rg.Group, rg.MemberID, rg.MemberEpoch)
+			if err == nil {
+				sg.Topics, err = g.fetchGroup(r.node.id, rg.Group, topics, rg.Topics == nil, req.Version >= 10, req.RequireStable)
+			}
 			if err != nil {
 				sg.ErrorCode = err.Code
 			}
@@ -78,6 +83,19 @@ func (g *groupCoordinator) fetchGroup(node int32, group string, topics []fetchRe
 		return nil, kerr.InvalidGroupID
 	}
 	return g.fetchOffsets(st, group, topics, all, byID, requireStable), nil
+}
+
+// checkConsumerFetcher applies v9's member checks when the group is a
+// KIP-848 consumer group; classic groups are not checked.
+func (g *groupCoordinator) checkConsumerFetcher(node int32, group string, memberID *string, epoch int32) *kerr.Error {
+	st, err := g.shardFor(node, group)
+	if err != nil {
+		return nil // fetchGroup answers it
+	}
+	if grp := st.groups[group]; grp != nil && grp.consumer != nil {
+		return grp.consumer.checkFetcher(memberID, epoch)
+	}
+	return nil
 }
 
 // fetchFailed answers every requested partition with err (v1 has no

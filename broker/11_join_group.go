@@ -18,7 +18,10 @@ package broker
 // stable group whose protocols did not change keeps its assignment without
 // a rebalance. Errors: INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT (not
 // positive or over the maximum), INCONSISTENT_GROUP_PROTOCOL,
-// UNKNOWN_MEMBER_ID. Skipped: the initial rebalance delay of an empty group,
+// UNKNOWN_MEMBER_ID. A KIP-848 consumer group without members becomes a
+// classic group again (keeping its offsets), as on Kafka; one with members
+// answers INCONSISTENT_GROUP_PROTOCOL (Kafka would take the classic member
+// into the consumer group: not implemented). Skipped: the initial rebalance delay of an empty group,
 // v9's SkipAssignment (always false: a restarted static leader triggers a
 // rebalance instead), the 6s minimum session timeout; v8's Reason is
 // ignored.

@@ -9,7 +9,9 @@ package broker
 // Kafka does. A group that does not exist is "Dead" (v0-5) or
 // GROUP_ID_NOT_FOUND (v6, KIP-1043). With IncludeAuthorizedOperations
 // (v3+) every group operation is allowed (READ, DELETE, DESCRIBE: there
-// are no ACLs). Share groups are described by ShareGroupDescribe.
+// are no ACLs). Share groups are described by ShareGroupDescribe, KIP-848
+// consumer groups by ConsumerGroupDescribe: here they are not found, as
+// on Kafka.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -39,7 +41,7 @@ func handleDescribeGroups(c *Cluster, r *request) (kmsg.Response, error) {
 			continue
 		}
 		grp := st.groups[name]
-		if grp == nil {
+		if grp == nil || grp.consumer != nil {
 			rg.State = "Dead"
 			if req.Version >= 6 {
 				rg.ErrorCode = kerr.GroupIDNotFound.Code

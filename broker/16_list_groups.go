@@ -4,10 +4,11 @@ package broker
 //
 // Each node lists the groups it coordinates (the groups of the
 // __consumer_offsets partitions it leads): classic groups, including groups
-// that only hold offsets (protocol type ""), and share groups (protocol
+// that only hold offsets (protocol type ""), KIP-848 consumer groups
+// (protocol type and group type "consumer") and share groups (protocol
 // type and group type "share"). v4 filters by state, v5 by group type
-// ("classic", "share"), both case-insensitively; an empty filter keeps
-// everything. KIP-848 consumer groups do not exist here.
+// ("classic", "consumer", "share"), both case-insensitively; an empty
+// filter keeps everything.
 
 import (
 	"sort"
@@ -31,11 +32,15 @@ func handleListGroups(c *Cluster, r *request) (kmsg.Response, error) {
 			continue
 		}
 		for name, grp := range sh.state.groups {
-			if !keep(grp.state.String(), "classic") {
+			protocolType, state, groupType := grp.protocolType, grp.state.String(), "classic"
+			if grp.consumer != nil {
+				protocolType, state, groupType = "consumer", grp.consumer.state(), "consumer"
+			}
+			if !keep(state, groupType) {
 				continue
 			}
 			lg := kmsg.NewListGroupsResponseGroup()
-			lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = name, grp.protocolType, grp.state.String(), "classic"
+			lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = name, protocolType, state, groupType
 			resp.Groups = append(resp.Groups, lg)
 		}
 	}

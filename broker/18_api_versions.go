@@ -2,7 +2,8 @@ package broker
 
 // ApiVersions: versions 0-4.
 //
-// Advertises exactly the keys and versions the handlers serve, and the
+// Advertises exactly the keys and versions the handlers serve at the node
+// asked (an old node, OldNodes, serves WriteTxnMarkers up to v1), and the
 // finalized features transaction.version=2 and share.version (3 with the
 // KIP-1289 APIs on, 1 without them: a KIP-932 broker). An unsupported
 // ApiVersions version is answered in v0 with UNSUPPORTED_VERSION and the
@@ -22,7 +23,7 @@ func init() {
 
 func handleApiVersions(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := kmsg.NewPtrApiVersionsResponse()
-	c.fillApiVersions(resp)
+	c.fillApiVersions(resp, r.node)
 	shareLevel := int16(1)
 	if c.cfg.shareTxnAPIsEnabled {
 		shareLevel = wire.MinShareVersionForTxnAcks
@@ -39,8 +40,8 @@ func handleApiVersions(c *Cluster, r *request) (kmsg.Response, error) {
 	return resp, nil
 }
 
-func (c *Cluster) fillApiVersions(resp *kmsg.ApiVersionsResponse) {
-	for _, spec := range c.servedAPIs() {
+func (c *Cluster) fillApiVersions(resp *kmsg.ApiVersionsResponse, n *node) {
+	for _, spec := range c.servedAPIs(n) {
 		resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{
 			ApiKey:     spec.key,
 			MinVersion: spec.min,
@@ -49,9 +50,9 @@ func (c *Cluster) fillApiVersions(resp *kmsg.ApiVersionsResponse) {
 	}
 }
 
-func (c *Cluster) unsupportedApiVersions() kmsg.Response {
+func (c *Cluster) unsupportedApiVersions(n *node) kmsg.Response {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.ErrorCode = kerr.UnsupportedVersion.Code
-	c.fillApiVersions(resp)
+	c.fillApiVersions(resp, n)
 	return resp
 }

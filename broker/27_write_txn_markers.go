@@ -3,7 +3,8 @@ package broker
 // WriteTxnMarkers: versions 0-2.
 //
 // The request a transaction coordinator sends each partition leader; this
-// broker's own coordinator sends v2 through c.internalRequest, and tests
+// broker's own coordinator sends v2 (v1 to a node that serves no more)
+// through c.internalRequest, and tests
 // (or another coordinator) may send any version over the network. Each
 // marker is checked against the producer's state at the leader with
 // KIP-1228's rules (partition.appendMarker): a v2 request whose marker says
@@ -11,7 +12,9 @@ package broker
 // with no open transaction is an already-written marker: success, nothing
 // written twice), a v0/v1 request or a TV0/TV1 marker the legacy rule
 // (markerEpoch >= current), and the LegacyMarkerValidation debug switch
-// gives TV2 markers the legacy rule too. A refused marker gets
+// gives TV2 markers the legacy rule too. An old node (OldNodes) serves
+// v0-1 only and checks every marker with the legacy rule
+// (mixed_versions.go). A refused marker gets
 // INVALID_PRODUCER_EPOCH (TRANSACTION_COORDINATOR_FENCED for an older
 // coordinator epoch) and writes nothing. A partition this node does not
 // lead gets NOT_LEADER_OR_FOLLOWER, an unknown one
@@ -40,7 +43,8 @@ func handleWriteTxnMarkers(c *Cluster, r *request) (kmsg.Response, error) {
 			epoch:            m.ProducerEpoch,
 			commit:           m.Committed,
 			coordinatorEpoch: m.CoordinatorEpoch,
-			strict:           req.Version >= 2 && m.TransactionVersion >= txnVersion2 && !c.cfg.legacyMarkerValidation,
+			strict: req.Version >= 2 && m.TransactionVersion >= txnVersion2 && !c.cfg.legacyMarkerValidation &&
+				!c.isOld(r.node.id),
 		}
 		for _, t := range m.Topics {
 			rt := kmsg.NewWriteTxnMarkersResponseMarkerTopic()

@@ -24,7 +24,11 @@ package broker
 // and stay invisible (OffsetFetch answers the previous offset, or
 // UNSTABLE_OFFSET_COMMIT with RequireStable) until the transaction's COMMIT
 // marker lands on that partition; ABORT discards them. v6 names topics by
-// id (UNKNOWN_TOPIC_ID).
+// id (UNKNOWN_TOPIC_ID). A KIP-848 consumer group is checked as for
+// OffsetCommit with the member epoch as the generation (any version: a
+// transactional commit is exempt from OffsetCommit's v9 rule), so a
+// consumer's consume-transform-produce commits its group's offsets in the
+// transaction.
 
 import (
 	"time"
@@ -42,17 +46,22 @@ func handleTxnOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	now := time.Now()
 	byID := req.Version >= 6
 
-	st, groupErr := g.commitShard(r.node.id, req.Group, offsetCommitter{
+	who := offsetCommitter{
 		memberID:      req.MemberID,
 		instanceID:    req.InstanceID,
 		generation:    req.Generation,
 		transactional: true,
 		version:       req.Version,
-	})
+	}
+	st, groupErr := g.commitShard(r.node.id, req.Group, who)
 	var writes []offsetWrite
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
-			writes = append(writes, c.newOffsetWrite(byID, rt.Topic, rt.TopicID, rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, now))
+			w := c.newOffsetWrite(byID, rt.Topic, rt.TopicID, rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata, now)
+			if groupErr == nil {
+				g.checkCommitPartition(st, req.Group, who, &w)
+			}
+			writes = append(writes, w)
 		}
 	}
 	if groupErr == nil && anyValid(writes) {

@@ -17,9 +17,13 @@ package broker
 // acknowledgements, with the producer's id and epoch, to that partition
 // (INVALID_PRODUCER_EPOCH for an epoch older than the one it has seen), and
 // the records go TX_PENDING: their lock stops, and only a marker on that
-// partition resolves them. NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID and
-// UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge. Skipped:
-// authorization.
+// partition resolves them. A retry from the same producer id and epoch of
+// a staging already applied (its answer was lost) is answered again as
+// success without a write, as long as the leader that staged the records
+// still leads (a new leader does not know the staging epoch and answers
+// INVALID_RECORD_STATE, which aborts the transaction). NOT_LEADER_OR_FOLLOWER,
+// UNKNOWN_TOPIC_ID and UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge.
+// Skipped: authorization.
 
 import (
 	"fmt"
@@ -93,6 +97,9 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 	if err != nil {
 		return err, ""
 	}
+	if sp.stagedBy(acks, req.ProducerID, req.ProducerEpoch) {
+		return nil, "" // a retry of a staging already applied
+	}
 	if err, msg := sp.checkHeld(req.MemberID, acks, now); err != nil {
 		return err, msg
 	}
@@ -104,7 +111,7 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 	if err := sc.writeState(key, v, req.ProducerID, req.ProducerEpoch, now); err != nil {
 		return err, ""
 	}
-	sp.stage(acks, req.ProducerID)
+	sp.stage(acks, req.ProducerID, req.ProducerEpoch)
 	sc.c.logger.Debug("share acknowledgements staged", "key", key.String(), "producer_id", req.ProducerID, "epoch", req.ProducerEpoch, "batches", len(v.Staged))
 	return nil, ""
 }

@@ -70,11 +70,12 @@ func badBatch(code *kerr.Error, format string, args ...any) error {
 
 // splitBatches validates the records of one produced partition the way
 // Kafka does: the set must hold exactly one complete v2 batch (a partial
-// batch at the end is not counted, as Kafka's reader stops there), with a
-// valid CRC, at least one record, a codec the produce version allows, no
+// batch at the end is not counted, as Kafka's reader stops there), no
+// larger than maxBatch bytes (MESSAGE_TOO_LARGE, checked before the CRC as
+// Kafka checks it), with a valid CRC, at least one record, a codec the produce version allows, no
 // control flag, a producer id when transactional, and a non-negative
 // sequence when it has a producer id. The returned slices alias records.
-func splitBatches(records []byte, produceVersion int16) ([]batchInfo, error) {
+func splitBatches(records []byte, produceVersion int16, maxBatch int) ([]batchInfo, error) {
 	var raws [][]byte
 	for rest := records; len(rest) >= offMagic+1; {
 		length := int32(binary.BigEndian.Uint32(rest[offBatchLength:]))
@@ -99,6 +100,9 @@ func splitBatches(records []byte, produceVersion int16) ([]batchInfo, error) {
 		return nil, badBatch(kerr.InvalidRecord, "produce v%d allows exactly one record batch per partition, not %d", produceVersion, len(raws))
 	}
 	raw := raws[0]
+	if len(raw) > maxBatch {
+		return nil, badBatch(kerr.MessageTooLarge, "the record batch size is %d bytes, which exceeds the maximum configured value of %d", len(raw), maxBatch)
+	}
 	if len(raw) < batchHeaderLen {
 		return nil, badBatch(kerr.CorruptMessage, "record batch of %d bytes is shorter than its header", len(raw))
 	}

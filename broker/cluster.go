@@ -38,6 +38,8 @@ type Cluster struct {
 	connsRefused   int       // connections closed at once by MaxConnections
 	lastRefusalLog time.Time // refusals are logged at most once a second
 
+	faults faultHooks // test fault injection (faults.go)
+
 	// Everything below is owned by the run loop.
 	topics map[string]*topic
 	// topicsByNorm indexes topics by their name with '.' replaced by '_',
@@ -170,6 +172,13 @@ func (cfg *config) validate() error {
 		return fmt.Errorf("broker: MaxBytes(%d): must not be negative (0 is no budget)", cfg.maxBytes)
 	case cfg.maxConnections < 0:
 		return fmt.Errorf("broker: MaxConnections(%d): must not be negative (0 is no limit)", cfg.maxConnections)
+	case cfg.consumerSessionTimeout < time.Millisecond, cfg.consumerHeartbeatInterval < time.Millisecond:
+		return errors.New("broker: consumer group session timeout and heartbeat interval must be at least 1ms")
+	}
+	for id := range cfg.oldNodes {
+		if id < 0 || int(id) >= cfg.nodes {
+			return fmt.Errorf("broker: OldNodes(%d): the cluster has nodes 0..%d", id, cfg.nodes-1)
+		}
 	}
 	return nil
 }

@@ -160,3 +160,32 @@ func TestCompactionRunsByItselfAndBoundsShareStateLog(t *testing.T) {
 	reloadShard(t, c, wire.ShareGroupStateTopic, index)
 	require.Equal(t, int64(records), shareOffsets(t, admin, "g", "work")[0].StartOffset)
 }
+
+// TestConsumerGroupsSurviveCompaction: KIP-848 consumer groups keep their
+// members, epochs and assignments through a compaction and a reload.
+func TestConsumerGroupsSurviveCompaction(t *testing.T) {
+	c := newTestCluster(t)
+	createTopic(t, c, "cg-in", 2)
+	m1, m2 := newCGMember(t, c, "cg-compact", "m1"), newCGMember(t, c, "cg-compact", "m2")
+	m1.join("cg-in")
+	m2.join("cg-in")
+	m1.heartbeat()
+	m2.heartbeat()
+	m1.heartbeat()
+	before := cgDescribe(t, c, "cg-compact")
+	index := c.CoordinatorPartition(coordinatorGroup, "cg-compact")
+	forceCompaction(t, c, wire.ConsumerOffsetsTopic, index)
+	reloadShard(t, c, wire.ConsumerOffsetsTopic, index)
+	after := cgDescribe(t, c, "cg-compact")
+	require.Equal(t, before.Epoch, after.Epoch)
+	require.Equal(t, before.AssignmentEpoch, after.AssignmentEpoch)
+	require.Equal(t, before.State, after.State)
+	require.Len(t, after.Members, 2)
+	for i := range before.Members {
+		require.Equal(t, before.Members[i].MemberID, after.Members[i].MemberID)
+		require.Equal(t, before.Members[i].MemberEpoch, after.Members[i].MemberEpoch)
+		require.Equal(t, before.Members[i].Assignment, after.Members[i].Assignment)
+	}
+	m1.heartbeat() // the members go on where they were
+	require.Len(t, m1.partitionsOf("cg-in"), 1)
+}

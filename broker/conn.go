@@ -213,8 +213,9 @@ type requestHeader struct {
 
 // handleFrame decodes one frame, has the loop answer it and returns the
 // encoded response (nil for none). keep is false when the cluster is
-// stopping. A malformed frame returns an error: the caller closes the
-// connection, and nothing else changes.
+// stopping or an injected fault (faults.go) drops the connection. A
+// malformed frame returns an error: the caller closes the connection, and
+// nothing else changes.
 func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bool, err error) {
 	if len(frame) < 8 {
 		return nil, false, fmt.Errorf("%w: %d-byte frame has no header", errMalformed, len(frame))
@@ -224,10 +225,10 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 		version: int16(binary.BigEndian.Uint16(frame[2:])),
 		corr:    int32(binary.BigEndian.Uint32(frame[4:])),
 	}
-	api, known := c.api(hdr.key)
+	api, known := c.api(cc.node, hdr.key)
 	if !known || hdr.version < api.min || hdr.version > api.max {
 		if hdr.key == 18 { // ApiVersions: the protocol's answer is a v0 response listing what is supported
-			return c.encodeResponse(hdr, c.unsupportedApiVersions()), true, nil
+			return c.encodeResponse(hdr, c.unsupportedApiVersions(cc.node)), true, nil
 		}
 		c.logger.Warn("unsupported request", "node", cc.node.id, "key", hdr.key, "version", hdr.version)
 		return unsupportedVersionFrame(hdr.corr), true, nil
@@ -247,6 +248,10 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 	if err := kreq.ReadFrom(r.Src); err != nil {
 		return nil, false, fmt.Errorf("%w: %s v%d: %v", errMalformed, wire.NameForKey(hdr.key), hdr.version, err)
 	}
+	fault := c.faultFor(cc.node.id, hdr.clientID, kreq)
+	if fault.Fault == DropRequest {
+		return nil, false, nil
+	}
 	req := &request{node: cc.node, cc: cc, kreq: kreq, clientID: hdr.clientID, reply: make(chan kmsg.Response, 1)}
 	select {
 	case c.reqCh <- req:
@@ -257,6 +262,9 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 	select {
 	case resp = <-req.reply:
 	case <-c.dying:
+		return nil, false, nil
+	}
+	if fault.afterHandling(resp) {
 		return nil, false, nil
 	}
 	if resp == nil {

@@ -350,3 +350,27 @@ func TestBusyClusterFallsIdle(t *testing.T) {
 		return next.IsZero() || next.After(time.Now().Add(time.Second))
 	}, 10*time.Second, 5*time.Millisecond, "some timer keeps coming due")
 }
+
+// TestConsumerGroupSessionsEndByTimer: a KIP-848 member that stops
+// heartbeating is fenced by the group's timer, with no sweep.
+func TestConsumerGroupSessionsEndByTimer(t *testing.T) {
+	c := newTestCluster(t, ConsumerGroupSessionTimeout(100*time.Millisecond), OffsetsRetention(200*time.Millisecond))
+	createTopic(t, c, "cg-t", 1)
+	createTopic(t, c, "cg-other", 1)
+	// Without commits, only the heartbeat armed the timer.
+	newCGMember(t, c, "cg-quiet", "q").join("cg-t")
+	require.Eventually(t, func() bool { return cgDescribe(t, c, "cg-quiet").State == cgStateEmpty }, 10*time.Second, 5*time.Millisecond)
+
+	m := newCGMember(t, c, "cg-timer", "m")
+	resp := m.join("cg-t")
+	require.NoError(t, cgCommit(t, c, 9, "cg-timer", "m", resp.MemberEpoch, "cg-t", 0, 3))
+	require.Eventually(t, func() bool { return cgDescribe(t, c, "cg-timer").State == cgStateEmpty }, 10*time.Second, 5*time.Millisecond)
+	// Once empty, its offsets expire after the retention and the group goes.
+	require.Eventually(t, func() bool {
+		err, off := cgFetch(t, c, "cg-timer", nil, -1, "cg-t", 0)
+		return err == nil && off == -1
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return kerr.ErrorForCode(cgDescribe(t, c, "cg-timer").ErrorCode) == kerr.GroupIDNotFound
+	}, 10*time.Second, 5*time.Millisecond)
+}

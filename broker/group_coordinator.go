@@ -1,6 +1,6 @@
 package broker
 
-// The group coordinator of classic consumer groups.
+// The group coordinator of classic and KIP-848 consumer groups.
 //
 // Each node runs the coordinator of the __consumer_offsets partitions it
 // leads; a group lives on partition CoordinatorPartition(0, group). The
@@ -17,10 +17,10 @@ package broker
 // driven by one timer per group (group_expiry.go), which also expires
 // offsets and empty groups as Kafka's offsets.retention.minutes rules say;
 // the log is compacted to the live groups and offsets (compaction.go).
+// KIP-848 consumer groups live in the same shards (consumer_group.go).
 // Deliberately skipped: the initial rebalance delay of an empty group (a
-// group completes its first join as soon as its members have joined),
-// KIP-848 consumer groups (ConsumerGroupHeartbeat is not served, so clients
-// use the classic protocol), and the minimum session timeout of 6s (any
+// group completes its first join as soon as its members have joined), and
+// the minimum session timeout of 6s (any
 // positive timeout up to the maximum is accepted, so tests can expire
 // sessions quickly).
 

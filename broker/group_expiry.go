@@ -1,12 +1,13 @@
 package broker
 
-// The deadlines of classic groups, offset retention, and what the group
-// coordinator keeps through a compaction of __consumer_offsets.
+// The deadlines of classic and consumer groups, offset retention, and what
+// the group coordinator keeps through a compaction of __consumer_offsets.
 //
 // Each group has one timer, armed at its earliest deadline: a member's
 // session (unless it waits for a JoinGroup or SyncGroup answer, which the
 // rebalance timeout bounds), a member id handed out with MEMBER_ID_REQUIRED,
-// the end of the join or sync phase, and the expiry of its offsets. When it
+// the end of the join or sync phase, a consumer group member's session or
+// revocation deadline, and the expiry of its offsets. When it
 // fires, the group is swept and the timer re-armed; deadlines that move
 // later (a heartbeat) need no re-arming, a fire that finds nothing due
 // just re-arms. A group with nothing due costs nothing.
@@ -14,8 +15,9 @@ package broker
 // Offsets expire as in Kafka (OffsetsRetention, offsets.retention.minutes):
 // an Empty group's offsets the retention after it became empty, a group
 // without a protocol type (offsets committed from outside any membership)
-// each offset the retention after its commit, a Stable consumer group the
-// offsets of topics its members no longer subscribe to; never an offset
+// each offset the retention after its commit, a Stable consumer-protocol
+// classic group and a KIP-848 consumer group the offsets of topics their
+// members do not subscribe to, each after its commit; never an offset
 // whose transactional commit awaits its marker. An Empty group left with no
 // offsets and no open transaction is deleted (tombstones for its offsets and
 // its group record), after emptyGroupDelay if it never had offsets: Kafka
@@ -79,13 +81,51 @@ func (g *groupCoordinator) forget(st *groupShard, grp *classicGroup) {
 	}
 }
 
+// consumerShape is what of a consumer group a heartbeat may change beyond
+// the heartbeating member's own deadlines.
+type consumerShape struct {
+	epoch   int32
+	members int
+}
+
+func consumerShapeOf(st *groupShard, name string) consumerShape {
+	if grp := st.groups[name]; grp != nil && grp.consumer != nil {
+		return consumerShape{grp.consumer.epoch, len(grp.consumer.members)}
+	}
+	return consumerShape{-1, -1}
+}
+
+// afterConsumerHeartbeat arms the group's timer for what a heartbeat
+// changed: the member's session and revocation deadline, cheaply, or, when
+// the group's epoch or members changed, every deadline.
+func (g *groupCoordinator) afterConsumerHeartbeat(st *groupShard, name, member string, before consumerShape, now time.Time) {
+	grp := st.groups[name]
+	if grp == nil || grp.consumer == nil {
+		return
+	}
+	if consumerShapeOf(st, name) != before {
+		g.reschedule(st, name, now)
+		return
+	}
+	if m := grp.consumer.members[member]; m != nil {
+		g.armBy(st, grp, m.lastSeen.Add(g.c.consumerSessionTimeout(name)+time.Nanosecond))
+		if m.state == cgUnrevoked {
+			g.armBy(st, grp, m.revokeBy.Add(time.Nanosecond))
+		}
+	}
+}
+
 // groupDue runs when a group's timer fires.
 func (g *groupCoordinator) groupDue(st *groupShard, grp *classicGroup, now time.Time) {
 	sh, err := g.shards.lookup(st.node, st.partition)
 	if err != nil || sh.state != st || st.groups[grp.name] != grp {
 		return
 	}
-	g.sweepGroup(st, grp, now)
+	if grp.consumer != nil {
+		g.sweepConsumerGroup(st, grp, now)
+	} else {
+		g.sweepGroup(st, grp, now)
+	}
 	if g.expireOffsets(st, grp, now) {
 		return
 	}
@@ -116,6 +156,16 @@ func (g *groupCoordinator) nextDue(st *groupShard, grp *classicGroup, now time.T
 	case groupCompletingRebalance:
 		consider(grp.syncDeadline)
 	}
+	if cg := grp.consumer; cg != nil {
+		// The sweep's checks are strict: a nanosecond after the deadline.
+		timeout := g.c.consumerSessionTimeout(grp.name) + time.Nanosecond
+		for _, m := range cg.members {
+			consider(m.lastSeen.Add(timeout))
+			if m.state == cgUnrevoked {
+				consider(m.revokeBy.Add(time.Nanosecond))
+			}
+		}
+	}
 	// Offsets awaiting a transaction's marker neither expire nor let
 	// their group go; the marker reschedules the group (onMarker).
 	if base, ok := g.retentionBase(grp); ok && !st.hasOpenTxn(grp.name) {
@@ -124,7 +174,7 @@ func (g *groupCoordinator) nextDue(st *groupShard, grp *classicGroup, now time.T
 				consider(since.Add(g.c.cfg.offsetsRetention))
 			}
 		}
-		if len(grp.offsets) == 0 && grp.state == groupEmpty {
+		if len(grp.offsets) == 0 && grp.empty() {
 			consider(grp.stateSince.Add(emptyGroupDelay))
 		}
 	}
@@ -135,7 +185,17 @@ func (g *groupCoordinator) nextDue(st *groupShard, grp *classicGroup, now time.T
 // offset's retention starts (zero for an offset that does not expire).
 func (g *groupCoordinator) retentionBase(grp *classicGroup) (func(groupTP, committedOffset) time.Time, bool) {
 	commit := func(_ groupTP, o committedOffset) time.Time { return time.UnixMilli(o.commitMs) }
+	unsubscribed := func(subscribed map[string]bool) func(groupTP, committedOffset) time.Time {
+		return func(tp groupTP, o committedOffset) time.Time {
+			if subscribed[tp.topic] {
+				return time.Time{}
+			}
+			return time.UnixMilli(o.commitMs)
+		}
+	}
 	switch {
+	case grp.consumer != nil:
+		return unsubscribed(g.c.consumerSubscribedTopics(grp.consumer)), true
 	case grp.protocolType == "":
 		return commit, true
 	case grp.state == groupEmpty:
@@ -148,12 +208,7 @@ func (g *groupCoordinator) retentionBase(grp *classicGroup) (func(groupTP, commi
 		if !ok {
 			return nil, false
 		}
-		return func(tp groupTP, o committedOffset) time.Time {
-			if subscribed[tp.topic] {
-				return time.Time{}
-			}
-			return time.UnixMilli(o.commitMs)
-		}, true
+		return unsubscribed(subscribed), true
 	}
 	return nil, false
 }
@@ -172,12 +227,12 @@ func (g *groupCoordinator) expireOffsets(st *groupShard, grp *classicGroup, now 
 			expired = append(expired, tp)
 		}
 	}
-	deleteGroup := grp.state == groupEmpty && len(expired) == len(grp.offsets) && !st.hasOpenTxn(grp.name) &&
+	deleteGroup := grp.empty() && len(expired) == len(grp.offsets) && !st.hasOpenTxn(grp.name) &&
 		(len(grp.offsets) > 0 || !now.Before(grp.stateSince.Add(emptyGroupDelay)))
 	if len(expired) == 0 && !deleteGroup {
 		return false
 	}
-	if _, err := g.appendRecords(st, tombstones(grp.name, expired, deleteGroup), -1, -1, now); err != nil {
+	if _, err := g.appendRecords(st, tombstones(grp, expired, deleteGroup), -1, -1, now); err != nil {
 		g.c.logger.Warn("expired offsets not deleted", "group", grp.name, "err", err)
 		return false
 	}
@@ -206,7 +261,8 @@ func (st *groupShard) hasOpenTxn(group string) bool {
 // shard, for compaction: each group's last group record, its committed
 // offsets, and the transactional commits awaiting their marker, in their
 // log order (a transactional commit replaces a committed offset only if
-// written after it).
+// written after it); then each consumer group's members and epochs, as
+// its heartbeats last wrote them.
 func (g *groupCoordinator) liveRecords(p *partition) ([]keptRecord, func(), bool) {
 	sh, err := g.shards.lookup(p.leader, p.index)
 	if err != nil || !sh.current() {
@@ -227,6 +283,21 @@ func (g *groupCoordinator) liveRecords(p *partition) ([]keptRecord, func(), bool
 					grp.offsets[tp] = o
 				}})
 		}
+	}
+	// Consumer group records come after the others: they touch neither
+	// offsets nor classic membership, only what their own records said.
+	after := p.next
+	for name, grp := range st.groups {
+		cg := grp.consumer
+		if cg == nil {
+			continue
+		}
+		for _, m := range cg.orderedMembers() {
+			kept = append(kept, keptRecord{order: after, rec: consumerMemberRecord(name, m.id, m, cg.target[m.id]), pid: -1, epoch: -1})
+			after++
+		}
+		kept = append(kept, keptRecord{order: after, rec: consumerGroupRecord(name, cg), pid: -1, epoch: -1})
+		after++
 	}
 	for pid, byGroup := range st.pendingTxn {
 		ps := p.producers[pid]

@@ -284,6 +284,13 @@ func TestGroupKgoTransactSessionCommitsOffsetsOnlyOnCommit(t *testing.T) {
 
 	// A read_committed reader sees one output per input: the aborted
 	// batch's outputs are invisible.
+	groupRequireOutputs(t, c, out, inputs)
+}
+
+// groupRequireOutputs requires a read_committed reader of out to see
+// "out:"+v once for every input v, and nothing else.
+func groupRequireOutputs(t *testing.T, c *Cluster, out string, inputs []string) {
+	t.Helper()
 	reader := newTestClient(t, c,
 		kgo.ConsumeTopics(out),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

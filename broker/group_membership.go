@@ -46,7 +46,8 @@ func (s groupState) String() string {
 	}
 }
 
-// classicGroup is one group and its committed offsets.
+// classicGroup is one group's entry: its committed offsets and, unless
+// consumer is set, its classic membership.
 type classicGroup struct {
 	name         string
 	state        groupState
@@ -71,6 +72,10 @@ type classicGroup struct {
 	record       []byte
 	recordOffset int64
 	timer        *timer // the group's next deadline (group_expiry.go)
+	// consumer, when set, makes this a KIP-848 consumer group
+	// (consumer_group.go): its membership is there, and the classic
+	// fields above stay empty.
+	consumer *consumerGroup
 }
 
 func newClassicGroup(name string) *classicGroup {
@@ -341,6 +346,18 @@ func (g *groupCoordinator) join(st *groupShard, r *request, req *kmsg.JoinGroupR
 		return joinError(kerr.InconsistentGroupProtocol)
 	}
 	grp := st.groups[req.Group]
+	if grp != nil && grp.consumer != nil {
+		if len(grp.consumer.members) > 0 {
+			// Kafka would take a classic member into the consumer
+			// group; that migration path is not implemented.
+			return joinError(kerr.InconsistentGroupProtocol)
+		}
+		// As on Kafka, the group turns classic at the first JoinGroup,
+		// even one answered with MEMBER_ID_REQUIRED.
+		if err := g.toClassic(st, grp, now); err != nil {
+			return joinError(err)
+		}
+	}
 	if grp == nil {
 		if req.MemberID != "" {
 			return joinError(kerr.UnknownMemberID)

@@ -26,8 +26,6 @@ type offsetCommitter struct {
 	version       int16
 }
 
-// groupForCommit applies Kafka's rules for who may commit to a group. It
-// returns the group, or nil without error when the group does not exist
 // commitShard resolves the shard of group on node and checks that who may
 // commit its offsets: the start of OffsetCommit and TxnOffsetCommit alike.
 func (g *groupCoordinator) commitShard(node int32, group string, who offsetCommitter) (*groupShard, *kerr.Error) {
@@ -41,7 +39,10 @@ func (g *groupCoordinator) commitShard(node int32, group string, who offsetCommi
 	return st, err
 }
 
-// and the commit may create it.
+// groupForCommit applies Kafka's rules for who may commit to a group (a
+// consumer group's in consumer_group_reconcile.go). It returns the group,
+// or nil without error when the group does not exist and the commit may
+// create it.
 func (st *groupShard) groupForCommit(group string, who offsetCommitter) (*classicGroup, *kerr.Error) {
 	grp := st.groups[group]
 	if grp == nil {
@@ -53,6 +54,9 @@ func (st *groupShard) groupForCommit(group string, who offsetCommitter) (*classi
 		default:
 			return nil, kerr.IllegalGeneration
 		}
+	}
+	if grp.consumer != nil {
+		return grp, grp.consumer.checkCommitter(who)
 	}
 	if who.generation < 0 && grp.state == groupEmpty {
 		return grp, nil
@@ -74,6 +78,15 @@ func (st *groupShard) groupForCommit(group string, who offsetCommitter) (*classi
 		return nil, kerr.RebalanceInProgress
 	}
 	return grp, nil
+}
+
+// checkCommitPartition applies a consumer group's per-partition epoch
+// check (KIP-1251) to one valid write of a commit that passed the group
+// checks; classic groups have none.
+func (g *groupCoordinator) checkCommitPartition(st *groupShard, group string, who offsetCommitter, w *offsetWrite) {
+	if grp := st.groups[group]; w.err == nil && grp != nil && grp.consumer != nil {
+		w.err = g.c.checkCommitPartition(grp.consumer, who, w.tp)
+	}
 }
 
 // offsetWrite is one partition of a commit: what to write, or why not.
@@ -222,7 +235,9 @@ func (g *groupCoordinator) deleteOffsets(st *groupShard, group string, tps []gro
 		return kerr.GroupIDNotFound, nil
 	}
 	var subscribed map[string]bool
-	if grp.state != groupEmpty {
+	if grp.consumer != nil {
+		subscribed = g.c.consumerSubscribedTopics(grp.consumer)
+	} else if grp.state != groupEmpty {
 		var ok bool
 		if subscribed, ok = grp.subscribedTopics(); !ok {
 			return kerr.NonEmptyGroup, nil
@@ -279,14 +294,14 @@ func (g *groupCoordinator) deleteGroup(st *groupShard, group string, now time.Ti
 	switch {
 	case grp == nil:
 		return kerr.GroupIDNotFound
-	case grp.state != groupEmpty:
+	case !grp.empty():
 		return kerr.NonEmptyGroup
 	}
 	tps := make([]groupTP, 0, len(grp.offsets))
 	for tp := range grp.offsets {
 		tps = append(tps, tp)
 	}
-	if _, err := g.appendRecords(st, tombstones(group, tps, true), -1, -1, now); err != nil {
+	if _, err := g.appendRecords(st, tombstones(grp, tps, true), -1, -1, now); err != nil {
 		return err
 	}
 	g.forget(st, grp)

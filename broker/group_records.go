@@ -32,7 +32,8 @@ package broker
 // empty, from which its offsets' retention counts.
 //
 // Replay applies the records in log order; a group loaded with members is
-// Stable and its members' sessions start at load time.
+// Stable and its members' sessions start at load time. Consumer groups
+// (KIP-848) write their own kinds of record (consumer_group_records.go).
 
 import (
 	"encoding/binary"
@@ -55,6 +56,7 @@ type groupRecordKey struct {
 	Group     string `json:"group"`
 	Topic     string `json:"topic,omitempty"`
 	Partition int32  `json:"partition"`
+	Member    string `json:"member,omitempty"`
 }
 
 type offsetRecordValue struct {
@@ -141,8 +143,9 @@ func groupRecord(name string, grp *classicGroup) kv {
 
 // tombstones returns the records deleting the group's offsets of tps, in
 // topic and partition order (tps is sorted in place), and, with
-// dropGroup, the group's record too.
-func tombstones(group string, tps []groupTP, dropGroup bool) []kv {
+// dropGroup, the group's records too.
+func tombstones(grp *classicGroup, tps []groupTP, dropGroup bool) []kv {
+	group := grp.name
 	sort.Slice(tps, func(i, j int) bool {
 		if tps[i].topic != tps[j].topic {
 			return tps[i].topic < tps[j].topic
@@ -154,6 +157,9 @@ func tombstones(group string, tps []groupTP, dropGroup bool) []kv {
 		recs = append(recs, offsetRecord(group, tp, nil))
 	}
 	if dropGroup {
+		if grp.consumer != nil {
+			recs = append(recs, consumerGroupRecord(group, nil))
+		}
 		recs = append(recs, groupRecord(group, nil))
 	}
 	return recs
@@ -221,6 +227,8 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 		grp.restore(v, now)
 		grp.record, grp.recordOffset = rec.value, logOffset
 		return nil
+	case groupRecordConsumerGroup, groupRecordConsumerMember:
+		return st.replayConsumerRecord(key, rec.value, now)
 	default:
 		return fmt.Errorf("unknown record kind %q", key.Kind)
 	}

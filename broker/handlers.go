@@ -33,20 +33,24 @@ func registerAPI(spec apiSpec) {
 	apis[spec.key] = spec
 }
 
-// api returns the spec of key if this cluster serves it.
-func (c *Cluster) api(key int16) (apiSpec, bool) {
+// api returns the spec of key if node n serves it, with the versions n
+// serves: an old node (OldNodes) serves WriteTxnMarkers up to v1 only.
+func (c *Cluster) api(n *node, key int16) (apiSpec, bool) {
 	spec, ok := apis[key]
 	if !ok || (spec.shareTxn && !c.cfg.shareTxnAPIsEnabled) {
 		return apiSpec{}, false
 	}
+	if n != nil && c.isOld(n.id) && key == writeTxnMarkersKey {
+		spec.max = min(spec.max, oldNodeMarkerVersion)
+	}
 	return spec, true
 }
 
-// servedAPIs lists what this cluster serves, sorted by key.
-func (c *Cluster) servedAPIs() []apiSpec {
+// servedAPIs lists what node n serves, sorted by key.
+func (c *Cluster) servedAPIs(n *node) []apiSpec {
 	out := make([]apiSpec, 0, len(apis))
 	for key := range apis {
-		if spec, ok := c.api(key); ok {
+		if spec, ok := c.api(n, key); ok {
 			out = append(out, spec)
 		}
 	}
@@ -59,7 +63,7 @@ func (c *Cluster) dispatch(r *request) {
 	for _, fn := range c.observers {
 		fn(r.node.id, r.kreq)
 	}
-	spec, ok := c.api(r.kreq.Key())
+	spec, ok := c.api(r.node, r.kreq.Key())
 	if !ok {
 		// Only internal requests can get here: handleFrame checks keys.
 		r.respond(nil)
@@ -87,7 +91,7 @@ func (c *Cluster) internalRequest(to int32, kreq kmsg.Request) (kmsg.Response, e
 	if n == nil {
 		return nil, fmt.Errorf("broker: no node %d", to)
 	}
-	spec, ok := c.api(kreq.Key())
+	spec, ok := c.api(n, kreq.Key())
 	if !ok {
 		return nil, fmt.Errorf("broker: key %d not served", kreq.Key())
 	}

@@ -30,11 +30,19 @@ type config struct {
 	shareTxnAPIsEnabled bool
 
 	groupSessionTimeoutMax time.Duration
-	shareLockDuration      time.Duration
-	shareDeliveryLimit     int32
-	shareMaxFetchRecords   int32
+	// consumerSessionTimeout and consumerHeartbeatInterval are the
+	// defaults of KIP-848 consumer groups (Kafka's
+	// group.consumer.session.timeout.ms and heartbeat.interval.ms).
+	consumerSessionTimeout    time.Duration
+	consumerHeartbeatInterval time.Duration
+	shareLockDuration         time.Duration
+	shareDeliveryLimit        int32
+	shareMaxFetchRecords      int32
 
 	legacyMarkerValidation bool
+	// oldNodes are nodes that serve WriteTxnMarkers up to v1 only
+	// (mixed_versions.go).
+	oldNodes               map[int32]bool
 	legacyStaleCoordinator time.Duration
 	lateMarkerCopies       time.Duration
 	// maxFetchWait caps the long poll of Fetch and ShareFetch; a client's
@@ -57,29 +65,31 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		nodes:                  1,
-		host:                   "127.0.0.1",
-		logger:                 slog.New(slog.DiscardHandler),
-		maxFrame:               100 << 20,
-		txnStatePartitions:     6,
-		offsetsPartitions:      6,
-		shareStatePartitions:   6,
-		defaultPartitions:      1,
-		maxTxnTimeout:          15 * time.Minute,
-		producerIDExpiry:       24 * time.Hour,
-		shareTxnAPIsEnabled:    true,
-		groupSessionTimeoutMax: 30 * time.Minute,
-		shareLockDuration:      30 * time.Second,
-		shareDeliveryLimit:     5,
-		shareMaxFetchRecords:   500,
-		maxFetchWait:           30 * time.Second,
-		fetchMaxBytes:          55 << 20,
-		txnIDExpiration:        7 * 24 * time.Hour,
-		offsetsRetention:       7 * 24 * time.Hour,
-		retentionCheckInterval: 5 * time.Minute,
-		readTimeout:            30 * time.Second,
-		connectionsMaxIdle:     10 * time.Minute,
-		compactMinBytes:        1 << 20,
+		nodes:                     1,
+		host:                      "127.0.0.1",
+		logger:                    slog.New(slog.DiscardHandler),
+		maxFrame:                  100 << 20,
+		txnStatePartitions:        6,
+		offsetsPartitions:         6,
+		shareStatePartitions:      6,
+		defaultPartitions:         1,
+		maxTxnTimeout:             15 * time.Minute,
+		producerIDExpiry:          24 * time.Hour,
+		shareTxnAPIsEnabled:       true,
+		groupSessionTimeoutMax:    30 * time.Minute,
+		consumerSessionTimeout:    45 * time.Second,
+		consumerHeartbeatInterval: 5 * time.Second,
+		shareLockDuration:         30 * time.Second,
+		shareDeliveryLimit:        5,
+		shareMaxFetchRecords:      500,
+		maxFetchWait:              30 * time.Second,
+		fetchMaxBytes:             55 << 20,
+		txnIDExpiration:           7 * 24 * time.Hour,
+		offsetsRetention:          7 * 24 * time.Hour,
+		retentionCheckInterval:    5 * time.Minute,
+		readTimeout:               30 * time.Second,
+		connectionsMaxIdle:        10 * time.Minute,
+		compactMinBytes:           1 << 20,
 	}
 }
 
@@ -147,6 +157,24 @@ func ShareLockDuration(d time.Duration) Opt {
 	return optFunc(func(c *config) { c.shareLockDuration = d })
 }
 
+// ConsumerGroupSessionTimeout sets the default session timeout of KIP-848
+// consumer groups (default 45s, Kafka's
+// group.consumer.session.timeout.ms): a member that does not heartbeat for
+// that long is fenced. A group overrides it with consumer.session.timeout.ms
+// (within Kafka's bounds, 45s to 60s); tests set a short default here.
+func ConsumerGroupSessionTimeout(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.consumerSessionTimeout = d })
+}
+
+// ConsumerGroupHeartbeatInterval sets the heartbeat interval KIP-848
+// consumer group members are told to use (default 5s, Kafka's
+// group.consumer.heartbeat.interval.ms); a group overrides it with
+// consumer.heartbeat.interval.ms. A member learns of a new assignment at
+// its next heartbeat, so this paces rebalances.
+func ConsumerGroupHeartbeatInterval(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.consumerHeartbeatInterval = d })
+}
+
 // ShareDeliveryLimit sets the default delivery count limit of share groups
 // (default 5); a group overrides it with share.delivery.count.limit.
 func ShareDeliveryLimit(n int32) Opt { return optFunc(func(c *config) { c.shareDeliveryLimit = n }) }
@@ -156,6 +184,23 @@ func ShareDeliveryLimit(n int32) Opt { return optFunc(func(c *config) { c.shareD
 // (markerEpoch >= current) instead of markerEpoch > current.
 func LegacyMarkerValidation(on bool) Opt {
 	return optFunc(func(c *config) { c.legacyMarkerValidation = on })
+}
+
+// OldNodes makes the given nodes behave like brokers from before KIP-1228
+// in a cluster being upgraded: they advertise WriteTxnMarkers up to v1
+// only (ApiVersions), refuse v2 with UNSUPPORTED_VERSION, and so check
+// every marker with the legacy rule (markerEpoch >= current). Transaction
+// coordinators learn this through ApiVersions and send them v1 markers
+// (a coordinator on an old node sends v1 everywhere), as KIP-1228's
+// fallback says. Every node is new by default; ids must be nodes of the
+// cluster.
+func OldNodes(ids ...int32) Opt {
+	return optFunc(func(c *config) {
+		c.oldNodes = make(map[int32]bool, len(ids))
+		for _, id := range ids {
+			c.oldNodes[id] = true
+		}
+	})
 }
 
 // LegacyStaleCoordinator is a debug switch reproducing KAFKA-21181: when a

@@ -14,11 +14,15 @@ package broker
 // are enforced, with wider bounds than Kafka's default broker bounds for
 // the lock duration, session timeout and heartbeat interval (tests use
 // short ones; a Kafka broker lowers its bounds with
-// group.share.min.record.lock.duration.ms and the like). The consumer.*
-// and streams.* configs (KIP-848 consumer groups and streams groups, not
-// served here), share.assignment.interval.ms (assignment is synchronous
-// here) and the errors.deadletterqueue.* configs (no dead-letter queue)
-// are validated and listed but change nothing.
+// group.share.min.record.lock.duration.ms and the like). The KIP-848
+// consumer group configs consumer.session.timeout.ms and
+// consumer.heartbeat.interval.ms are enforced with Kafka's bounds; their
+// defaults are the cluster's (ConsumerGroupSessionTimeout,
+// ConsumerGroupHeartbeatInterval). The streams.* configs (streams groups
+// are not served), consumer.assignment.interval.ms and
+// share.assignment.interval.ms (assignment is synchronous here) and the
+// errors.deadletterqueue.* configs (no dead-letter queue) are validated
+// and listed but change nothing.
 
 import (
 	"fmt"
@@ -58,15 +62,17 @@ func oneOf(values ...string) func(string) error {
 var groupConfigDefs = []groupConfigDef{
 	{
 		name: "consumer.assignment.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("1000"), min: 0, max: 15000,
-		doc: "How often the assignment of a consumer group (KIP-848) is recomputed. Not used: consumer groups of that protocol are not served.",
+		doc: "How often the assignment of a consumer group (KIP-848) is recomputed. Not used: the bundled broker assigns on every heartbeat that changes the group.",
 	},
 	{
-		name: "consumer.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("5000"), min: 5000, max: 15000,
-		doc: "The heartbeat interval of consumer group (KIP-848) members. Not used: consumer groups of that protocol are not served.",
+		name: "consumer.heartbeat.interval.ms", typ: kmsg.ConfigTypeInt, min: 5000, max: 15000,
+		doc: "The heartbeat interval consumer group (KIP-848) members are told to use.",
+		def: func(c *Cluster) string { return strconv.FormatInt(c.cfg.consumerHeartbeatInterval.Milliseconds(), 10) },
 	},
 	{
-		name: "consumer.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: constDefault("45000"), min: 45000, max: 60000,
-		doc: "The session timeout of consumer group (KIP-848) members. Not used: consumer groups of that protocol are not served.",
+		name: "consumer.session.timeout.ms", typ: kmsg.ConfigTypeInt, min: 45000, max: 60000,
+		doc: "How long a consumer group (KIP-848) member may go without a heartbeat before it is fenced and its partitions reassigned.",
+		def: func(c *Cluster) string { return strconv.FormatInt(c.cfg.consumerSessionTimeout.Milliseconds(), 10) },
 	},
 	{
 		name: "errors.deadletterqueue.copy.record.enable", typ: kmsg.ConfigTypeBoolean, def: constDefault("false"),

@@ -81,6 +81,7 @@ type shareRecord struct {
 	member     string       // ACQUIRED: the holder
 	deadline   time.Time    // ACQUIRED: the lock deadline
 	pid        int64        // TX_PENDING: the staging producer
+	epoch      int16        // TX_PENDING: its epoch (-1 once reloaded after a leader move)
 	ack        wire.AckType // TX_PENDING: what commits
 }
 
@@ -255,7 +256,7 @@ func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pendi
 				if sp.recs[o-sp.start].state == shareAvailable {
 					sp.available--
 				}
-				sp.recs[o-sp.start] = shareRecord{state: shareTxPending, deliveries: b.Deliveries, pid: pid, ack: b.Ack}
+				sp.recs[o-sp.start] = shareRecord{state: shareTxPending, deliveries: b.Deliveries, pid: pid, epoch: -1, ack: b.Ack}
 			}
 		}
 	}
@@ -511,15 +512,37 @@ func (sp *sharePartition) dropDone(acks []shareAck) []shareAck {
 	return out
 }
 
-// stage marks acknowledged records TX_PENDING for producer pid; the caller
-// has checked them with checkHeld and written the staged record.
-func (sp *sharePartition) stage(acks []shareAck, pid int64) {
+// stage marks acknowledged records TX_PENDING for producer pid at epoch;
+// the caller has checked them with checkHeld and written the staged record.
+func (sp *sharePartition) stage(acks []shareAck, pid int64, epoch int16) {
 	for _, a := range acks {
 		for off := a.first; off <= a.last; off++ {
 			r := sp.recs[off-sp.start]
-			sp.set(off, shareRecord{state: shareTxPending, deliveries: r.deliveries, pid: pid, ack: a.typeAt(off)})
+			sp.set(off, shareRecord{state: shareTxPending, deliveries: r.deliveries, pid: pid, epoch: epoch, ack: a.typeAt(off)})
 		}
 	}
+}
+
+// stagedBy reports whether every offset of acks is already TX_PENDING for
+// producer pid at epoch with the same acknowledgement: a retried
+// TxnShareAcknowledge whose first attempt was applied and whose answer was
+// lost.
+func (sp *sharePartition) stagedBy(acks []shareAck, pid int64, epoch int16) bool {
+	if len(acks) == 0 {
+		return false
+	}
+	for _, a := range acks {
+		if a.first < sp.start || a.last >= sp.end() {
+			return false
+		}
+		for off := a.first; off <= a.last; off++ {
+			r := sp.recs[off-sp.start]
+			if r.state != shareTxPending || r.pid != pid || r.epoch != epoch || r.ack != a.typeAt(off) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // staged lists the staged batches of acks: runs of one type and one

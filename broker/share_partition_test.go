@@ -216,8 +216,8 @@ func TestSharePartitionStagedRecords(t *testing.T) {
 		{First: 2, Last: 2, Ack: wire.AckReject, Deliveries: 1},
 		{First: 3, Last: 3, Ack: wire.AckRelease, Deliveries: 1},
 	}, sp.staged(staged))
-	sp.stage(staged, 42)
-	sp.stage([]shareAck{ack(4, 5, wire.AckAccept)}, 43)
+	sp.stage(staged, 42, 0)
+	sp.stage([]shareAck{ack(4, 5, wire.AckAccept)}, 43, 0)
 
 	err, _ = sp.acknowledge("m", []shareAck{ack(0, 0, wire.AckAccept)}, time.Minute, 3, now)
 	require.Equal(t, kerr.InvalidRecordState, err, "TX_PENDING cannot be acknowledged")
@@ -257,7 +257,7 @@ func TestSharePartitionPersistedRebuild(t *testing.T) {
 	persist()
 	stage := []shareAck{ack(4, 5, wire.AckAccept)}
 	require.NoError(t, st.apply(key, &shareStateValue{Kind: shareKindStaged, StateEpoch: 1, Staged: sp.staged(stage)}, 77, 0))
-	sp.stage(stage, 77)
+	sp.stage(stage, 77, 0)
 
 	rebuilt := newLiveSharePartition(key, p, st.parts[key], st.pendingFor(key), 3)
 	require.Equal(t, int64(2), rebuilt.start)

@@ -106,6 +106,32 @@ func TestShareTxnStagingNeedsHeldRecords(t *testing.T) {
 	require.Equal(t, int64(10), shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset)
 }
 
+// A TxnShareAcknowledge retried after its answer was lost is answered as
+// the first one was, without a second write; a different acknowledgement,
+// or another producer or epoch, for the same records is still refused.
+func TestShareTxnStagingRetryIsAccepted(t *testing.T) {
+	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "600000")
+	pid, epoch := shareTxnBegin(t, c, "tx")
+	stage := []shareRange{{0, 4, wire.AckAccept}, {5, 9, wire.AckRelease}}
+	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, stage...)
+	require.NoError(t, part)
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, stage...)
+	require.NoError(t, part, "the retry of an applied staging")
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	require.NoError(t, part, "a retry of part of it")
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
+	require.ErrorIs(t, part, kerr.InvalidRecordState, "offsets 5-9 are staged as RELEASE")
+	other, otherEpoch := shareTxnBegin(t, c, "other-tx")
+	_, part = m1.stageTxn("other-tx", other, otherEpoch, "in", 0, stage...)
+	require.ErrorIs(t, part, kerr.InvalidRecordState, "another producer's staging")
+	require.Equal(t, map[shareRecordState]int{shareTxPending: 10}, shareRecordStates(t, c, "g", "in", 0))
+
+	shareEndTxn(t, c, "tx", pid, epoch, true)
+	require.Equal(t, int64(5), shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset)
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, stage...)
+	require.Error(t, part, "after the transaction ended the records are no longer pending for it")
+}
+
 func TestShareTxnStagingAnExpiredLockFails(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "200")
 	pid, epoch := shareTxnBegin(t, c, "tx")

@@ -189,7 +189,7 @@ func TestTxnAddShareAcksToTxn(t *testing.T) {
 
 	off := newTestCluster(t, ShareTxnAPIs(false))
 	require.NoError(t, off.do(func() {
-		_, served := off.api(wire.AddShareAcksToTxnKey)
+		_, served := off.api(nil, wire.AddShareAcksToTxnKey)
 		require.False(t, served, "AddShareAcksToTxn is off with the KIP-1289 APIs")
 	}))
 }

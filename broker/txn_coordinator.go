@@ -256,11 +256,14 @@ type txnShard struct {
 type txnCoordinator struct {
 	c      *Cluster
 	shards *shards[*txnShard]
+	// peers caches what each node serves, as ApiVersions told the
+	// coordinator (mixed_versions.go).
+	peers peerVersions
 }
 
 func init() {
 	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
-		tc := &txnCoordinator{c: c}
+		tc := &txnCoordinator{c: c, peers: make(peerVersions)}
 		tc.shards = newShards(c, wire.TransactionStateTopic, tc.load)
 		tc.shards.unload = tc.unload
 		c.coordinators.txn = tc

@@ -21,6 +21,22 @@ import (
 // version matters (kgo always picks the highest one).
 func txnWire(t testing.TB, c *Cluster, node int32, req kmsg.Request) kmsg.Response {
 	t.Helper()
+	body := wireRoundTrip(t, c, node, req)
+	resp := req.ResponseKind()
+	if resp.IsFlexible() && req.Key() != 18 {
+		r := kbin.Reader{Src: body}
+		skipTags(&r)
+		require.True(t, r.Ok())
+		body = r.Src
+	}
+	require.NoError(t, resp.ReadFrom(body), "decoding %s v%d response", wire.NameForKey(req.Key()), req.GetVersion())
+	return resp
+}
+
+// wireRoundTrip sends req to node on a new connection and returns the
+// answer's frame after its correlation id.
+func wireRoundTrip(t testing.TB, c *Cluster, node int32, req kmsg.Request) []byte {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", c.nodes[node].addr(), 5*time.Second)
 	require.NoError(t, err)
 	defer conn.Close()
@@ -35,16 +51,7 @@ func txnWire(t testing.TB, c *Cluster, node int32, req kmsg.Request) kmsg.Respon
 	_, err = io.ReadFull(conn, frame)
 	require.NoError(t, err)
 	require.Equal(t, int32(corr), int32(binary.BigEndian.Uint32(frame)))
-	body := frame[4:]
-	resp := req.ResponseKind()
-	if resp.IsFlexible() && req.Key() != 18 {
-		r := kbin.Reader{Src: body}
-		skipTags(&r)
-		require.True(t, r.Ok())
-		body = r.Src
-	}
-	require.NoError(t, resp.ReadFrom(body), "decoding %s v%d response", wire.NameForKey(req.Key()), req.GetVersion())
-	return resp
+	return frame[4:]
 }
 
 // txnErr turns an error code into the kerr error (nil for none), so tests

@@ -1,10 +1,12 @@
 package broker
 
 // How the transaction coordinator writes its markers: one
-// WriteTxnMarkersRequest v2 per partition leader, sent through
+// WriteTxnMarkersRequest per partition leader, sent through
 // c.internalRequest to the same handler (27_write_txn_markers.go) that
-// serves the network. The request carries the transaction's version, so a
-// leader applies KIP-1228's strict rule to TV2 markers.
+// serves the network. The request is v2 and carries the transaction's
+// version, so a leader applies KIP-1228's strict rule to TV2 markers;
+// a leader (or a coordinator) that serves only v1 gets v1, learned with
+// ApiVersions (mixed_versions.go), and checks it with the legacy rule.
 //
 // Per partition, as Kafka's marker channel does: success, or
 // INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED (the leader has
@@ -60,7 +62,7 @@ func (tc *txnCoordinator) sendMarkers(sh *shard[*txnShard], m *txnMeta, now time
 	}
 	sort.Slice(leaders, func(i, j int) bool { return leaders[i] < leaders[j] })
 	for _, leader := range leaders {
-		req := tc.markerRequest(sh, m, byLeader[leader])
+		req := tc.markerRequest(sh, m, byLeader[leader], tc.markerVersion(sh.node, leader))
 		resp, err := tc.c.internalRequest(leader, req)
 		if d := tc.c.cfg.lateMarkerCopies; d > 0 {
 			tc.sendLateCopy(leader, req, d)
@@ -86,16 +88,19 @@ func (tc *txnCoordinator) sendMarkers(sh *shard[*txnShard], m *txnMeta, now time
 	tc.schedule(sh, m)
 }
 
-// markerRequest builds the WriteTxnMarkers v2 request of m for partitions.
-func (tc *txnCoordinator) markerRequest(sh *shard[*txnShard], m *txnMeta, parts []txnPartition) *kmsg.WriteTxnMarkersRequest {
+// markerRequest builds the WriteTxnMarkers request of m for partitions at
+// version (v1 has no TransactionVersion).
+func (tc *txnCoordinator) markerRequest(sh *shard[*txnShard], m *txnMeta, parts []txnPartition, version int16) *kmsg.WriteTxnMarkersRequest {
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
-	req.Version = 2
+	req.Version = version
 	mk := kmsg.NewWriteTxnMarkersRequestMarker()
 	mk.ProducerID = m.producerID
 	mk.ProducerEpoch = m.epoch
 	mk.Committed = m.state == txnPrepareCommit
 	mk.CoordinatorEpoch = sh.epoch
-	mk.TransactionVersion = m.tv
+	if version >= 2 {
+		mk.TransactionVersion = m.tv
+	}
 	for _, tp := range parts {
 		if n := len(mk.Topics); n == 0 || mk.Topics[n-1].Topic != tp.topic {
 			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()

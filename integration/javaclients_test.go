@@ -15,8 +15,11 @@ import (
 // TestJavaClientsAgainstBundledBroker runs the Java reference clients
 // (kafka-clients, the version CI fetches) against a 3-node bundled cluster:
 // feature detection, a transactional KafkaProducer checked by a
-// read_committed KafkaConsumer, and a KafkaShareConsumer with explicit
-// acknowledgement. The runner exits non-zero on any mismatch.
+// read_committed KafkaConsumer, a KafkaShareConsumer with explicit
+// acknowledgement (ACCEPT, RELEASE, REJECT and RENEW), and a
+// consume-transform-produce loop whose KafkaConsumer uses the KIP-848
+// protocol (group.protocol=consumer) and commits its offsets with
+// sendOffsetsToTransaction. The runner exits non-zero on any mismatch.
 func TestJavaClientsAgainstBundledBroker(t *testing.T) {
 	runner := kafkatest.JavaClients(t)
 	c, err := broker.NewCluster(broker.Nodes(3))
@@ -25,8 +28,9 @@ func TestJavaClientsAgainstBundledBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	out := kafkatest.RunJavaClients(ctx, t, runner, strings.Join(c.Bootstrap(), ","), "features", "txn", "share")
-	for _, scenario := range []string{"features", "txn", "share"} {
+	scenarios := []string{"features", "txn", "share", "ctp"}
+	out := kafkatest.RunJavaClients(ctx, t, runner, strings.Join(c.Bootstrap(), ","), scenarios...)
+	for _, scenario := range scenarios {
 		require.Contains(t, out, "PASS "+scenario+":", "scenario %s", scenario)
 	}
 	t.Log(out)

@@ -10,7 +10,10 @@
 // txnclient.Manager for the transaction. See package txnclient for why kgo's
 // own transactional producer cannot be used, and for the error taxonomy:
 // every error matches txnclient.ErrAbortable (abort and redo),
-// txnclient.ErrFatal (close) or txnclient.ErrUsage (fix the code).
+// txnclient.ErrInDoubt (a commit's answer was lost: abort, which learns the
+// outcome), txnclient.ErrCommitted (that abort found it had committed),
+// txnclient.ErrFatal (close) or txnclient.ErrUsage (fix the code, or the
+// producer is closed).
 //
 // A consume-transform-produce loop with a share consumer:
 //
@@ -20,9 +23,12 @@
 //	}
 //	p.SendShareAcksToTransaction(ctx, acks, consumer.GroupMetadata())
 //	err := p.CommitTransaction(ctx)   // flush, acks, EndTxn
-//	if errors.Is(err, txnclient.ErrAbortable) {
-//		p.AbortTransaction(ctx)        // outputs discarded, inputs redelivered
-//	}
+//	switch {
+//	case errors.Is(err, txnclient.ErrFatal):
+//		return err                     // fenced: close
+//	case err != nil:                   // ErrAbortable or ErrInDoubt
+//		p.AbortTransaction(ctx)        // outputs discarded, inputs redelivered;
+//	}                                  // ErrCommitted if the lost commit had committed
 //
 // A transaction that carries only acknowledgements commits too: a filter
 // that drops a whole batch must still acknowledge it. Commit fails with
@@ -30,4 +36,11 @@
 // leader refused an acknowledgement (INVALID_RECORD_STATE: the lock expired
 // or the record is not held by this member), or if a retriable error
 // outlasted the context or the transaction timeout.
+//
+// Lifecycle: the transaction calls run one at a time; Close waits for the
+// one in progress within its context and never lets part of a transaction
+// commit; a lost answer is retried until the broker answers; a commit
+// whose answer never came is in doubt until the next call learns its
+// outcome; InitTransactions after an error aborts first and then bumps the
+// epoch. The full rules are in docs/design.md ("Lifecycle").
 package producer

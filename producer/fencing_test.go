@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +128,56 @@ func TestZombieIsFenced(t *testing.T) {
 			require.NoError(t, zombie.Close(closeCtx))
 		})
 	}
+}
+
+// KAFKA-21181 when leadership comes back: EndTxn goes to A, which lost the
+// __transaction_state partition to B and answers INVALID_TXN_STATE from
+// its stale cache; before the answer reaches the producer, the partition
+// moves back to A. FindCoordinator then names A again, the node that gave
+// the answer, but the answer was still stale: the producer retries once at
+// the current coordinator, which commits.
+func TestStaleAnswerOfReturningCoordinatorIsRetried(t *testing.T) {
+	c := newCluster(t, broker.Nodes(3), broker.LegacyStaleCoordinator(5*time.Second))
+	const topic, txnID, client = "returning", "returning-coordinator", "returning-producer"
+	createTopic(t, c, topic, 3)
+	p := newProducer(t, c, txnID, Linger(0), clientID(client))
+	ctx := testCtx(t)
+
+	require.NoError(t, p.BeginTransaction())
+	produceValues(t, p, topic, "n-0")
+	require.NoError(t, p.CommitTransaction(ctx))
+	part := c.CoordinatorPartition(1, txnID)
+	a, err := c.Leader(wire.TransactionStateTopic, part)
+	require.NoError(t, err)
+	require.NoError(t, c.MoveLeader(wire.TransactionStateTopic, part, (a+1)%3))
+
+	require.NoError(t, p.BeginTransaction())
+	produceValues(t, p, topic, "n1-0", "n1-1") // the leaders add the partitions at the new coordinator
+	log := testkit.ObserveRequests(t, c)
+	var moved atomic.Bool
+	stale := make(chan int16, 1)
+	onClientRequests(t, c, client, func(node int32, req kmsg.Request) broker.FaultAction {
+		if req.Key() != kmsg.EndTxn.Int16() || node != a || !moved.CompareAndSwap(false, true) {
+			return broker.FaultAction{}
+		}
+		return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+			stale <- resp.(*kmsg.EndTxnResponse).ErrorCode
+			if err := c.MoveLeader(wire.TransactionStateTopic, part, a); err != nil {
+				t.Errorf("moving the coordinator back: %v", err)
+			}
+		}}
+	})
+	require.NoError(t, p.CommitTransaction(ctx), "the stale answer is not final although the coordinator is the same node again")
+	require.Equal(t, kerr.InvalidTxnState.Code, <-stale, "A answered from its stale cache")
+	var nodes []int32
+	for _, o := range log.Of(kmsg.EndTxn.Int16()) {
+		nodes = append(nodes, o.Node)
+	}
+	require.Equal(t, []int32{a, a}, nodes, "EndTxn went to A twice: stale, then current")
+
+	var got []string
+	for _, r := range readCommitted(t, c, topic, 3) {
+		got = append(got, r.value)
+	}
+	require.ElementsMatch(t, []string{"n-0", "n1-0", "n1-1"}, got)
 }

@@ -50,6 +50,7 @@ type Producer struct {
 	wake       chan struct{}
 	refreshing atomic.Bool // a leader refresh is running
 	closing    atomic.Bool
+	closed     chan struct{} // closed when Close has finished
 	loopDone   chan struct{}
 	sends      sync.WaitGroup
 
@@ -106,6 +107,7 @@ func New(opts ...Opt) (*Producer, error) {
 		cancel:     cancel,
 		topics:     make(map[string]*topic),
 		wake:       make(chan struct{}, 1),
+		closed:     make(chan struct{}),
 		loopDone:   make(chan struct{}),
 	}
 	p.metrics.init()
@@ -124,23 +126,32 @@ func (p *Producer) Transactions() *txnclient.Manager { return p.txn }
 
 // InitTransactions gets a producer id and epoch, fencing any older producer
 // with the same transactional id, and detects whether the cluster runs
-// transaction version 2. Call it once before the first transaction. Called
-// again after an abortable error, it aborts the failed transaction through
-// the coordinator (passing the current id and epoch, so that a fenced
-// producer learns it with ErrFatal).
+// transaction version 2. Call it once before the first transaction.
+//
+// It is also the recovery after an abortable error or an in-doubt commit:
+// it ends the open transaction first, exactly as AbortTransaction does
+// (buffered records fail, records in flight are waited for, EndTxn(ABORT)
+// goes out; an in-doubt commit's outcome is learned, and the metrics and
+// the staged acknowledgements report it), and then bumps the epoch with
+// InitProducerId carrying the current id and epoch (KIP-360, as the Java
+// client does). Its own recovery never makes the producer fatal: only a
+// newer producer with the same transactional id (ErrFatal with
+// PRODUCER_FENCED) or a configuration error does.
+//
+// If ctx (or the transaction timeout) ends first, nothing is lost: the
+// producer stays as it was and InitTransactions may be called again. After
+// Close it fails with ErrUsage.
 func (p *Producer) InitTransactions(ctx context.Context) error {
 	if p.closing.Load() {
 		return errClosed("init transactions")
 	}
-	if p.txn.State() == txnclient.StateAbortableError {
-		if err := p.drain(ctx); err != nil {
-			return txnclient.Classify("init transactions", err)
-		}
-	}
-	return p.txn.InitProducerID(ctx)
+	return p.txn.InitProducerID(ctx, p.drain)
 }
 
-// BeginTransaction starts a transaction. It sends nothing.
+// BeginTransaction starts a transaction. It sends nothing. It waits for a
+// transaction call in progress in another goroutine, and fails with
+// ErrUsage after Close or outside the Ready state (the error of an earlier
+// failure, if there is one, says why).
 func (p *Producer) BeginTransaction() error {
 	if p.closing.Load() {
 		return errClosed("begin transaction")
@@ -151,11 +162,29 @@ func (p *Producer) BeginTransaction() error {
 // CommitTransaction flushes every produced record, sends the staged share
 // acknowledgements and commits with EndTxn, within ctx and the transaction
 // timeout. A transaction that carries only share acknowledgements commits
-// too. If any record failed, nothing commits and the error matches
-// ErrAbortable: call AbortTransaction. A fenced producer gets ErrFatal.
+// too. It commits all of the transaction or none of it:
+//
+//   - nil: everything committed.
+//   - ErrAbortable: nothing committed (a record failed, an acknowledgement
+//     was refused, ctx or the timeout ended before EndTxn(COMMIT) was
+//     sent); call AbortTransaction.
+//   - ErrInDoubt: EndTxn(COMMIT) was sent and no answer came before ctx or
+//     the transaction timeout ended (a lost answer is retried until the
+//     coordinator answers, within them). The transaction committed
+//     entirely or not at all; call AbortTransaction, which learns which
+//     (ErrCommitted if it had), or CommitTransaction again, which finishes
+//     the commit. The staged acknowledgements are resolved only once the
+//     outcome is known.
+//   - ErrFatal: the producer was fenced (or the cluster refuses it);
+//     close it. If it also matches ErrInDoubt, the outcome is unknown.
+//
+// Called in the InDoubt state, it retries EndTxn(COMMIT). If Close runs
+// meanwhile with time to spare it waits for the commit; if Close's context
+// ends first, the commit fails before EndTxn(COMMIT) (ErrAbortable) or is
+// left in doubt.
 func (p *Producer) CommitTransaction(ctx context.Context) error {
 	start := time.Now()
-	err := p.txn.Commit(ctx, p.flushForCommit)
+	err := p.txn.Commit(ctx, p.flushForCommit, p.drain)
 	if err == nil {
 		p.metrics.commit(time.Since(start))
 	}
@@ -176,16 +205,29 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 
 // AbortTransaction aborts the current transaction: buffered records fail
 // with ErrAbortable, records in flight are waited for, and EndTxn(ABORT)
-// goes to the coordinator. Staged share acknowledgements are discarded (the
-// records become available again at the broker).
+// goes to the coordinator. Staged share acknowledgements are resolved as
+// not committed (the records become available again at the broker).
+//
+// After an in-doubt commit (ErrInDoubt) it learns the outcome: nil means
+// the transaction is aborted; an error matching ErrCommitted means it had
+// committed (outputs and acknowledgements took effect; the metrics and the
+// staged acknowledgements say so too), and the producer is ready either
+// way. If ctx ends first, the producer stays where it was and
+// AbortTransaction may be called again; a fenced producer gets ErrFatal.
+// With no transaction in progress, or after Close, it fails with ErrUsage.
 func (p *Producer) AbortTransaction(ctx context.Context) error {
 	return p.txn.Abort(ctx, p.drain)
 }
 
 // SendOffsetsToTransaction commits consumer-group offsets as part of the
 // transaction (TxnOffsetCommit; AddOffsetsToTxn first on TV1 clusters).
-// Records produced earlier need not be flushed first.
+// Records produced earlier need not be flushed first. Any failure,
+// including ctx ending, dooms the transaction (ErrAbortable): it must not
+// commit without the offsets.
 func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group txnclient.GroupMetadata) error {
+	if p.closing.Load() {
+		return errClosed("send offsets to transaction")
+	}
 	return p.txn.SendOffsets(ctx, offsets, group)
 }
 
@@ -193,7 +235,11 @@ func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[str
 // transaction: they take effect if and only if it commits. They are sent at
 // commit, before EndTxn. It fails with ErrShareAcksUnsupported, sending
 // nothing, if a broker involved lacks the KIP-1289 APIs, and with
-// ErrAbortable if acks.Tracker refuses them (an expired lock, say). Do not
+// ErrAbortable if acks.Tracker refuses them (an expired lock, say) or
+// anything else goes wrong, ctx ending included: the transaction must not
+// commit without them. Once acks.Tracker.Stage accepted them,
+// acks.Tracker.Resolve is called exactly once, when the outcome is known
+// (or at once, as not committed, if this call fails afterwards). Do not
 // modify acks afterwards; see txnclient.Manager.StageShareAcks.
 func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
 	if p.closing.Load() {
@@ -228,6 +274,10 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		promise(r, txnclient.Usage(op, errors.New("nil record")))
 		return
 	}
+	if ctx == nil {
+		promise(r, txnclient.Usage(op, errors.New("nil context")))
+		return
+	}
 	if r.Topic == "" {
 		promise(r, txnclient.Usage(op, errors.New("record has no topic")))
 		return
@@ -237,19 +287,18 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	// either they wait for this record or it sees their state.
 	p.outstanding.Add(1)
 	st, txnNum := p.txn.TxnState()
-	if st != txnclient.StateInTransaction || p.closing.Load() {
+	if p.closing.Load() {
+		p.refuseClosed(r, promise, st, txnNum)
+		return
+	}
+	if st != txnclient.StateInTransaction {
 		p.doneRecords(1)
-		if p.closing.Load() {
-			promise(r, errClosed(op))
-			return
-		}
 		promise(r, p.stateErr(op, st))
 		return
 	}
 	if err := p.acquireSlot(ctx); err != nil {
 		if p.ctx.Err() != nil {
-			p.doneRecords(1)
-			promise(r, errClosed(op))
+			p.refuseClosed(r, promise, st, txnNum)
 			return
 		}
 		p.failUnbuffered(r, promise, err)
@@ -265,6 +314,18 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.releaseSlots(1)
 		p.failUnbuffered(r, promise, err)
 	}
+}
+
+// refuseClosed refuses a record because the producer is closing. If its
+// transaction is still open, the transaction can no longer commit (the
+// application meant the record to be part of it), so it is doomed before
+// the record counts as resolved.
+func (p *Producer) refuseClosed(r *kgo.Record, promise func(*kgo.Record, error), st txnclient.State, txnNum uint64) {
+	if st == txnclient.StateInTransaction {
+		p.txn.FailTxn(txnNum, "produce", txnclient.Abortable("produce", errors.New("a record was refused: the producer is closing")))
+	}
+	p.doneRecords(1)
+	promise(r, errClosed("produce"))
 }
 
 // acquireSlot takes one of the MaxBufferedRecords slots, waiting within ctx
@@ -392,6 +453,9 @@ func (p *Producer) doneRecords(n int64) {
 // until each has its answer or ctx ends. It does not end the transaction;
 // records that failed have already reported it to their promises.
 func (p *Producer) Flush(ctx context.Context) error {
+	if ctx == nil {
+		return txnclient.Usage("flush", errors.New("nil context"))
+	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
 	p.poke()
@@ -442,19 +506,50 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 	return results
 }
 
-// Close aborts a transaction in progress (best effort, within ctx), fails
-// whatever is still buffered, stops the producer's goroutines and closes
-// the kgo client. It returns the abort's error, if any. Calling Close
-// again does nothing.
+// Close shuts the producer down within ctx and never blocks past it
+// (beyond the moment it takes the producer's own goroutines to notice that
+// ctx ended). It never lets part of a transaction commit:
+//
+//   - A transaction call in progress in another goroutine is waited for,
+//     within ctx: a CommitTransaction finishes (all of its records were
+//     written, or it fails). If ctx ends first, that call's context is
+//     cancelled: a commit that has not sent EndTxn(COMMIT) fails without
+//     sending it, one that has is left in doubt.
+//   - A transaction in progress, failed, or in doubt is then ended as
+//     AbortTransaction ends it (buffered records fail, records in flight
+//     are waited for, EndTxn(ABORT); an in-doubt commit's outcome is
+//     learned).
+//   - Records produced while it closes are refused, and doom their
+//     transaction.
+//
+// It returns nil when no transaction is left open or unknown, and an
+// error when it could not end one (ctx ended, the coordinator was
+// unreachable): ErrAbortable (the coordinator aborts the transaction when
+// its timeout passes, or when the next producer with this transactional id
+// initializes) or ErrInDoubt (an in-doubt commit's outcome could not be
+// learned). Either way every staged acknowledgement has been resolved
+// exactly once (as not committed unless the commit is known to have
+// committed), every goroutine of the producer has exited and the kgo
+// client is closed. Later calls fail with ErrUsage at once; calling Close
+// again waits for the first Close, within its own ctx, and returns nil. A
+// nil ctx is taken as context.Background().
+//
+// Do not call Close (or any transaction call) from a promise or a
+// Tracker: promises run on the producer's goroutines, which Close waits
+// for.
 func (p *Producer) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if p.closing.Swap(true) {
+		select {
+		case <-p.closed:
+		case <-ctx.Done():
+		}
 		return nil
 	}
-	var err error
-	switch p.txn.State() {
-	case txnclient.StateInTransaction, txnclient.StateAbortableError:
-		err = p.txn.Abort(ctx, p.drain)
-	}
+	defer close(p.closed)
+	err := p.txn.Close(ctx, p.drain)
 	p.cancel()
 	<-p.loopDone
 	p.failQueued(errClosed("produce"))

@@ -195,7 +195,15 @@ func TestCommitsWhileDataLeadersMove(t *testing.T) {
 // and again after pauses of minPause plus up to jitter, until the returned
 // stop is called (at the latest when the test ends). which names the
 // partition of the i-th move. moves counts the moves made.
-func keepMovingLeaders(t *testing.T, c *broker.Cluster, minPause, jitter time.Duration, which func(i int) (string, int32)) (moves *atomic.Int64, stop func()) {
+func keepMovingLeaders(t testing.TB, c *broker.Cluster, minPause, jitter time.Duration, which func(i int) (string, int32)) (moves *atomic.Int64, stop func()) {
+	return moveLeaders(t, c, func(time.Time) time.Time { return time.Now().Add(minPause + rand.N(jitter)) }, which,
+		func(leader, nodes int32) int32 { return (leader + 1) % nodes })
+}
+
+// moveLeaders moves the leadership of partition which(i) to target(its
+// leader, node count), the i-th time at next(when the previous move
+// began), until stop (at the latest when the test ends).
+func moveLeaders(t testing.TB, c *broker.Cluster, next func(prev time.Time) time.Time, which func(i int) (string, int32), target func(leader, nodes int32) int32) (moves *atomic.Int64, stop func()) {
 	nodes := int32(len(c.NodeIDs()))
 	moves = new(atomic.Int64)
 	done := make(chan struct{})
@@ -203,15 +211,17 @@ func keepMovingLeaders(t *testing.T, c *broker.Cluster, minPause, jitter time.Du
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		prev := time.Now()
 		for i := 0; ; i++ {
 			select {
 			case <-done:
 				return
-			case <-time.After(minPause + rand.N(jitter)):
+			case <-time.After(time.Until(next(prev))):
 			}
+			prev = time.Now()
 			topic, partition := which(i)
 			leader, err := c.Leader(topic, partition)
-			if !assert.NoError(t, err) || !assert.NoError(t, c.MoveLeader(topic, partition, (leader+1)%nodes)) {
+			if !assert.NoError(t, err) || !assert.NoError(t, c.MoveLeader(topic, partition, target(leader, nodes))) {
 				return
 			}
 			moves.Add(1)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,6 +111,23 @@ func acksFor(acks *wire.ShareAcks, topic string, id [16]byte, partition int32, o
 	}
 }
 
+// heldInputs creates topics in and out (one partition each), writes n
+// records to in, joins group and acquires them all, and returns the member
+// and the ACCEPT acknowledgements of every held record, tracked by a
+// recordingTracker.
+func heldInputs(t *testing.T, c *broker.Cluster, in, out, group string, n int) (*shareMember, *wire.ShareAcks, *recordingTracker) {
+	t.Helper()
+	createTopic(t, c, in, 1)
+	createTopic(t, c, out, 1)
+	produceInput(t, c, in, 1, n)
+	member := joinShareGroup(t, c, group, in)
+	held := member.acquire(testCtx(t), 0, n)
+	tracker := &recordingTracker{}
+	acks := &wire.ShareAcks{Tracker: tracker}
+	acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
+	return member, acks, tracker
+}
+
 // startOffsets returns the share group's start offset per partition of
 // topic: it passes every acknowledged record.
 func startOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
@@ -131,20 +149,42 @@ func produceInput(t *testing.T, c *broker.Cluster, topic string, partitions int3
 }
 
 // recordingTracker is a wire.Tracker that records its calls and can refuse
-// staging.
+// staging; onStage and onResolve, if set, run inside Stage and Resolve. Read its fields only after
+// the calls that resolve it have returned.
 type recordingTracker struct {
-	stageErr error
+	stageErr  error
+	onStage   func()
+	onResolve func(committed bool)
+
+	mu       sync.Mutex
 	staged   int
 	resolved []bool
 }
 
 func (r *recordingTracker) Stage(*wire.ShareAcks) error {
+	if r.onStage != nil {
+		r.onStage()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.staged++
 	return r.stageErr
 }
 
 func (r *recordingTracker) Resolve(_ *wire.ShareAcks, committed bool) {
+	if r.onResolve != nil {
+		r.onResolve(committed)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.resolved = append(r.resolved, committed)
+}
+
+// resolutions returns the outcomes Resolve was called with so far.
+func (r *recordingTracker) resolutions() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.resolved...)
 }
 
 // sleepPast waits until d has passed, for lock expiry.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/kgoclient"
@@ -263,8 +264,8 @@ func (p *Producer) settle(it sendItem, code int16, baseOffset int64, err error) 
 		p.finishWritten(it, baseOffset)
 		return retryLater{}
 	}
-	if p.closing.Load() && p.ctx.Err() != nil {
-		p.finishFailed(it.part, it.b, errClosed("produce"), true)
+	if (p.closing.Load() && p.ctx.Err() != nil) || errors.Is(err, kgo.ErrClientClosed) {
+		p.finishFailed(it.part, it.b, txnclient.Abortable("produce", fmt.Errorf("the producer closed before the record's answer came: %w", err)), true)
 		return retryLater{}
 	}
 	retriable := code == 0 || // transport error: sequence numbers make a resend safe
@@ -278,7 +279,7 @@ func (p *Producer) settle(it sendItem, code int16, baseOffset int64, err error) 
 		if retriable {
 			err = fmt.Errorf("gave up retrying within the transaction timeout: %w", err)
 		}
-		p.finishFailed(it.part, it.b, p.txn.Fail("produce", err), true)
+		p.finishFailed(it.part, it.b, err, true)
 		return retryLater{}
 	}
 	p.cfg.conn.Logger.Debug("retrying batch", "topic", it.part.topic.name, "partition", it.part.id, "err", err)
@@ -334,15 +335,19 @@ func (p *Producer) finishWritten(it sendItem, baseOffset int64) {
 	p.retire(part, b, true)
 }
 
-// finishFailed fails every record of b with err. inflight says whether b
+// finishFailed fails every record of b with err, classified. The failure
+// dooms b's transaction if it is still the current one, before the records
+// count as resolved, so that a commit's flush that finds nothing
+// outstanding also finds the transaction failed. inflight says whether b
 // was the partition's batch in flight (and must be removed from its head);
 // otherwise the caller already took it out of the partition.
 func (p *Producer) finishFailed(part *partition, b *batch, err error, inflight bool) {
+	cerr := p.txn.FailTxn(b.txn, "produce", err)
 	if b.hasSeq {
 		p.txn.MarkSequenceGap()
 	}
 	for _, pr := range b.recs {
-		pr.promise(pr.r, err)
+		pr.promise(pr.r, cerr)
 	}
 	p.retire(part, b, inflight)
 }

@@ -82,6 +82,9 @@ func (c *Consumer) sendDecidedLocked(op *ackOp) bool {
 // if ctx ends first (the marks are still sent), ErrWrongMode outside
 // Explicit mode, or ErrClosed.
 func (c *Consumer) Commit(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	op, err := c.commit(nil)
 	if err != nil || op == nil {
 		return err

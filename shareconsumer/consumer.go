@@ -173,11 +173,15 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 // Ack marked since the last send. Those acknowledgements travel with the
 // next ShareFetch of each leader.
 //
-// Poll returns either records or an error: ctx's error, ErrClosed, or an
-// error the consumer met in the background and cannot fix by itself
-// (authorization, an unknown topic); the consumer keeps running after the
-// latter.
+// Poll returns either records or an error: ctx's error (fetched records
+// stay buffered for the next Poll), ErrClosed, or an error the consumer
+// met in the background and cannot fix by itself (authorization, an
+// unknown topic); the consumer keeps running after the latter. A nil ctx
+// is an error.
 func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
 	c.mu.Lock()
@@ -315,11 +319,21 @@ func (c *Consumer) queueErrLocked(err error) {
 // a decision (in Transactional mode: records never handed to a
 // transaction) and the fetched records Poll never returned. Records staged
 // in a transaction are left alone, so close the consumer after the last
-// transaction has ended. Then it closes each share session, leaves the
-// group and closes the kgo client. It returns the acknowledgements that
-// failed (*AckError) or the leave error; the consumer is closed either
-// way. Calling Close again returns nil.
+// transaction has ended; closing it earlier never breaks exactly-once: a
+// transaction whose acknowledgements have not reached the leaders fails at
+// commit (the member is gone, ErrAbortable) and its records go to the next
+// member, and one whose acknowledgements are TX_PENDING ends as its
+// producer decides. From the moment Close begins, staging fails with
+// ErrClosed, and Resolve only forgets. Then it closes each share session,
+// leaves the group and closes the kgo client; if ctx ends first, it stops
+// waiting for the final acknowledgements and says so. It returns the
+// acknowledgements that failed (*AckError) or the leave error; the
+// consumer is closed either way, with every goroutine ended. Calling Close
+// again returns nil. A nil ctx is taken as context.Background().
 func (c *Consumer) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()

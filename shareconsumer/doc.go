@@ -57,7 +57,10 @@
 //     Transactional consumer ever sends, besides GAP for offsets without a
 //     record and RENEW.
 //
-// Close releases the records that were never put into a transaction.
+// Close releases the records that were never put into a transaction and
+// leaves those staged in one to their transaction; see Consumer.Close and,
+// for the lifecycle of the whole pipeline (cancellation, lost answers,
+// in-doubt commits), docs/design.md.
 //
 // Delivery counts: every delivery raises a record's count; an aborted
 // transaction does not (the broker puts its records back as they were),

@@ -29,3 +29,6 @@ var (
 	// take (for example GAP or RENEW given to Ack).
 	ErrInvalidAckType = errors.New("invalid acknowledgement type")
 )
+
+// errNilContext is what Poll and Commit return when given a nil context.
+var errNilContext = errors.New("shareconsumer: nil context")

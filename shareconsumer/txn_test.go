@@ -189,6 +189,37 @@ func TestTransactionalProcessDiesMidTransaction(t *testing.T) {
 	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
 }
 
+// A transactional consumer closed while a transaction holds its records
+// (staged in the producer, not yet sent to the leaders) leaves the group,
+// so the commit cannot stage them: it fails as abortable and nothing of
+// the transaction commits; the records go to the next member. Staging
+// after Close fails with ErrClosed.
+func TestTransactionalConsumerClosedMidTransaction(t *testing.T) {
+	const inputs = 6
+	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("ctp-closed")
+	recs := pollRecords(e.ctx, t, c, inputs)
+	require.NoError(t, p.BeginTransaction())
+	for _, r := range recs {
+		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("orphan-" + string(r.Value))}, nil)
+	}
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, c.Close(e.ctx))
+	require.ErrorIs(t, p.CommitTransaction(e.ctx), txnclient.ErrAbortable, "the member is gone")
+	require.NoError(t, p.AbortTransaction(e.ctx))
+	late := c.Acks(recs, wire.AckAccept)
+	require.ErrorIs(t, late.Tracker.Stage(late), shareconsumer.ErrClosed)
+
+	heir := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	again := pollRecords(e.ctx, t, heir, inputs)
+	require.NoError(t, process(e.ctx, t, p, heir, again))
+	for v := range e.readCommitted("out", inputs) {
+		require.False(t, strings.HasPrefix(v, "orphan-"), "output %q of the failed transaction visible", v)
+	}
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+}
+
 // stageAtBroker does what a commit does before EndTxn: AddShareAcksToTxn
 // at the transaction coordinator and TxnShareAcknowledge at each leader,
 // with the producer's id and epoch. The records go TX_PENDING.

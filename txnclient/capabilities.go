@@ -176,7 +176,7 @@ func (c *Capabilities) RequireShareAcks(ctx context.Context, op string, nodes []
 		}
 	}
 	if len(problems) > 0 {
-		return newError(ErrShareAcksUnsupported, op, fmt.Errorf("%s", strings.Join(problems, "; ")))
+		return newError([]error{ErrShareAcksUnsupported, ErrFatal}, op, fmt.Errorf("%s", strings.Join(problems, "; ")))
 	}
 	return nil
 }

@@ -146,7 +146,11 @@ type coordinatorCall struct {
 	op   string
 	typ  CoordinatorType
 	key  string
-	sent func() // called once the request was handed to the transport
+	sent func() // called before each attempt is handed to the transport
+	// lost is called when an attempt was handed to the transport and no
+	// answer came back (a broken connection, ctx ending): the request
+	// may or may not have been applied.
+	lost func()
 	// build returns the request; it is called for every attempt.
 	build func() kmsg.Request
 	// code extracts the error code that decides the outcome.
@@ -155,14 +159,20 @@ type coordinatorCall struct {
 
 // callCoordinator sends call to the current coordinator until it gets a
 // final answer or ctx ends. NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
-// connection errors drop the cached coordinator and retry after finding it
-// again; COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS retry the
-// same coordinator. A stale-suspect answer (INVALID_TXN_STATE,
-// PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING) is checked against a fresh
-// FindCoordinator: if the coordinator has moved, the request is retried at
-// the new one; only an answer from the current coordinator is final. The
-// returned error is unclassified (a *kerr.Error or a transport error).
+// connection errors (an answer lost, or a request never delivered) drop
+// the cached coordinator and retry after finding it again;
+// COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS retry the same
+// coordinator. A stale-suspect answer (INVALID_TXN_STATE, PRODUCER_FENCED,
+// INVALID_PRODUCER_ID_MAPPING) is never final at once: the coordinator is
+// found again with FindCoordinator and the request retried there, whether
+// or not it moved, since a node that answered from a stale cache may have
+// become the coordinator again meanwhile (leadership can go A to B to A
+// inside the stale window). A true answer repeats; only the same answer
+// from the coordinator that FindCoordinator named, still named afterwards,
+// is final. The returned error is unclassified (a *kerr.Error or a
+// transport error).
 func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall) (kmsg.Response, error) {
+	var chk staleCheck
 	return Retry(ctx, func(ctx context.Context) (kmsg.Response, error) {
 		node, err := c.Find(ctx, call.typ, call.key)
 		if err != nil {
@@ -174,10 +184,14 @@ func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall
 		}
 		resp, err := c.cl.Broker(int(node)).Request(ctx, req)
 		if err != nil {
-			if isContextErr(err) {
+			if call.lost != nil {
+				call.lost()
+			}
+			if isContextErr(err) || errors.Is(err, kgo.ErrClientClosed) {
 				return nil, permanent(err)
 			}
 			c.Forget(call.typ, call.key, node)
+			chk.reset()
 			return nil, fmt.Errorf("%s at node %d: %w", call.op, node, err)
 		}
 		code, msg := call.code(resp)
@@ -186,6 +200,9 @@ func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall
 		}
 		kerrErr := kerr.ErrorForCode(code)
 		wrapped := fmt.Errorf("%s at node %d: %w%s", call.op, node, kerrErr, kgoclient.Detail(msg))
+		if !staleSuspect(code) {
+			chk.reset()
+		}
 		switch {
 		case code == kerr.NotCoordinator.Code || code == kerr.CoordinatorNotAvailable.Code:
 			c.Forget(call.typ, call.key, node)
@@ -196,20 +213,44 @@ func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall
 			current, err := c.Refresh(ctx, call.typ, call.key)
 			if err != nil {
 				// Cannot confirm yet: retry, the answer is not final.
+				chk.reset()
 				return nil, fmt.Errorf("%w; confirming with FindCoordinator: %w", wrapped, err)
 			}
-			if current != node {
-				c.logger.Info("answer from a former coordinator ignored; retrying at the current one",
-					"op", call.op, "answer", kerrErr.Error(), "former", node, "current", current)
-				return nil, wrapped
+			if chk.confirmed(code, node, current) {
+				return nil, permanent(wrapped)
 			}
-			return nil, permanent(wrapped)
+			c.logger.Info("answer may come from a former coordinator; retrying at the current one",
+				"op", call.op, "answer", kerrErr.Error(), "answered_by", node, "current", current)
+			return nil, wrapped
 		case kerr.IsRetriable(kerrErr):
 			return nil, wrapped
 		}
 		return nil, permanent(wrapped)
 	})
 }
+
+// staleCheck is the stale-answer defense of one callCoordinator call: it
+// remembers the last stale-suspect answer and the coordinator that
+// FindCoordinator named right after it.
+type staleCheck struct {
+	seen  bool
+	code  int16
+	coord int32
+}
+
+// confirmed records a stale-suspect answer code that node gave, current
+// being the coordinator FindCoordinator names now, and reports whether the
+// answer is final: the previous attempt got the same answer, this attempt
+// went to the coordinator named after it, and that node is still named.
+func (s *staleCheck) confirmed(code int16, node, current int32) bool {
+	final := s.seen && s.code == code && s.coord == node && current == node
+	s.seen, s.code, s.coord = true, code, current
+	return final
+}
+
+// reset forgets the previous answer: an answer of another kind came in
+// between, so the next suspect answer needs its own confirmation.
+func (s *staleCheck) reset() { s.seen = false }
 
 // retriableOrPermanent passes retriable errors (and transport errors) on
 // for another attempt and stops on non-retriable broker errors, such as an
@@ -219,7 +260,7 @@ func retriableOrPermanent(err error) error {
 	if errors.As(err, &ke) && !ke.Retriable {
 		return permanent(err)
 	}
-	if isContextErr(err) {
+	if isContextErr(err) || errors.Is(err, kgo.ErrClientClosed) {
 		return permanent(err)
 	}
 	return err

@@ -16,18 +16,28 @@
 //   - Coordinators: FindCoordinator for key types 0 (group), 1
 //     (transaction) and 2 (share), cached, dropped on NOT_COORDINATOR,
 //     COORDINATOR_NOT_AVAILABLE or a connection error.
-//   - Manager: InitProducerId (with recovery: the current id and epoch are
-//     passed when re-initializing), Begin, Commit, Abort, the states Ready,
-//     InTransaction, Committing, Aborting, AbortableError and FatalError.
-//     On brokers with finalized transaction.version >= 2 (TV2) EndTxn v5
-//     returns the bumped epoch and the client never sends
-//     AddPartitionsToTxn; otherwise it falls back to TV1 (client
-//     AddPartitionsToTxn v3 and AddOffsetsToTxn).
+//   - Manager: InitProducerId (with recovery: the open transaction is
+//     aborted first, then the current id and epoch are passed to bump the
+//     epoch), Begin, Commit, Abort, Close, the states Ready,
+//     InTransaction, Committing, Aborting, AbortableError, InDoubt,
+//     FatalError and Closed. On brokers with finalized
+//     transaction.version >= 2 (TV2) EndTxn v5 returns the bumped epoch
+//     and the client never sends AddPartitionsToTxn; otherwise it falls
+//     back to TV1 (client AddPartitionsToTxn v3 and AddOffsetsToTxn).
+//   - Lifecycle: the state-changing operations run one at a time, each
+//     waiting within its context; Close waits for the one in progress
+//     within its context and then cuts it short, so that no partial
+//     transaction commits; a commit whose EndTxn answer was lost is
+//     retried until the coordinator answers and is InDoubt (ErrInDoubt)
+//     only when the context ends first; the next Commit, Abort,
+//     InitProducerID or Close learns its outcome. See docs/design.md,
+//     "Lifecycle".
 //   - The stale-answer defense: INVALID_TXN_STATE, PRODUCER_FENCED or
 //     INVALID_PRODUCER_ID_MAPPING from EndTxn (or from a request sent
 //     without talking to the coordinator first) is checked with a fresh
-//     FindCoordinator; if the coordinator moved, the request is retried
-//     there; only the current coordinator's answer is final.
+//     FindCoordinator and the request retried at the coordinator it
+//     names, moved or not; only the same answer repeated by that
+//     coordinator is final.
 //   - Share acknowledgements (KIP-1289) staged per transaction and sent at
 //     commit, before EndTxn: AddShareAcksToTxn once per group to the
 //     transaction coordinator, TxnShareAcknowledge once per partition
@@ -40,11 +50,15 @@
 // Retriable broker errors never reach the caller: they are retried with a
 // jittered exponential backoff (backoff/v4) until the caller's context or
 // the transaction timeout ends, and then come back as ErrAbortable. Every
-// returned error matches one of ErrAbortable (abort the transaction; its
-// work may be redone), ErrFatal (close the producer: fenced, unauthorized,
-// unsupported) or ErrUsage (a call in the wrong state or with bad
-// arguments; nothing changed). ErrShareAcksUnsupported errors also match
-// ErrFatal. The broker's error stays reachable with errors.As:
+// returned error matches one of ErrAbortable (the transaction did not
+// commit: abort it; its work may be redone), ErrInDoubt (a commit's answer
+// was lost: abort, which learns the outcome), ErrCommitted (the abort found
+// that the in-doubt commit had committed), ErrFatal (close the producer:
+// fenced, unauthorized, unsupported) or ErrUsage (a call in the wrong
+// state or with bad arguments, or after Close; nothing changed).
+// ErrShareAcksUnsupported errors also match ErrFatal, and a fatal error
+// that leaves a commit in doubt also matches ErrInDoubt. The broker's
+// error stays reachable with errors.As:
 //
 //	var ke *kerr.Error
 //	if errors.As(err, &ke) && ke == kerr.ProducerFenced { ... }

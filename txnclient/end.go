@@ -24,208 +24,318 @@ func (m *Manager) needsEndTxnLocked() bool {
 // with the stale-answer defense. A transaction that carries anything, even
 // only share acknowledgements, ends with EndTxn; one that sent nothing at
 // all commits locally. Every step is bounded by ctx and the transaction
-// deadline.
+// deadline. A lost EndTxn answer (a broken connection) is retried until
+// the coordinator answers: the retry of an applied commit is answered as
+// the commit.
 //
 // On success the Manager is Ready again, with the epoch EndTxn v5 returned
 // on TV2 brokers, and staged acknowledgements resolve as committed. On
-// failure the Manager is in AbortableError (call Abort) or FatalError; the
-// error says which.
-func (m *Manager) Commit(ctx context.Context, flush func(context.Context) error) error {
+// failure before EndTxn(COMMIT) was sent, the Manager is in AbortableError
+// (call Abort) or FatalError; the error says which. If EndTxn(COMMIT) was
+// sent and ctx or the deadline ended before an answer came, the error
+// matches ErrInDoubt and the Manager is InDoubt: nothing is resolved until
+// Commit (which retries the commit), Abort or InitProducerID learns the
+// outcome from the coordinator, or Close tries to. drain is the produce
+// path's drain, run before the EndTxn(ABORT) with which a commit that
+// failed on an epoch error finds out whether the producer was fenced.
+//
+// If ctx has ended before Commit could start, the transaction is doomed
+// too (ErrAbortable). If Close gives up waiting for Commit, Commit's
+// context ends: a commit that had not sent EndTxn(COMMIT) fails without
+// sending it.
+func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context) error) error {
 	const op = "commit transaction"
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	ctx, leave, err := m.enterDooming(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	m.mu.Lock()
-	if m.state != StateInTransaction {
-		probe := m.state == StateAbortableError && m.txn.suspectFenced && !m.txn.aborted && !m.txn.endTxnInDoubt
+	switch m.state {
+	case StateInTransaction:
+	case StateInDoubt:
+		m.setState(StateCommitting)
+		m.unlock()
+		ctx, cancel := context.WithTimeout(ctx, m.timeout)
+		defer cancel()
+		return m.endCommit(ctx, op, drain)
+	default:
+		probe := m.state == StateAbortableError && m.probeWantedLocked()
 		err := m.stateErr(op)
-		m.mu.Unlock()
+		m.unlock()
 		if probe {
 			ctx, cancel := context.WithTimeout(ctx, m.timeout)
 			defer cancel()
-			return m.probeFenced(ctx, op)
+			return m.probeFenced(ctx, op, drain)
 		}
 		return err
 	}
 	m.setState(StateCommitting)
 	deadline := m.deadline
-	m.mu.Unlock()
+	m.unlock()
 
 	ctx, cancel := withDeadline(ctx, deadline)
 	defer cancel()
 
 	if flush != nil {
 		if err := flush(ctx); err != nil {
-			return m.commitFailed(ctx, op, err)
+			return m.commitFailed(ctx, op, err, drain)
 		}
 	}
 	m.mu.Lock()
 	if m.state != StateCommitting { // a produce failed while flushing
 		err := m.err
-		m.mu.Unlock()
-		return m.commitFailed(ctx, op, err)
+		m.unlock()
+		return m.commitFailed(ctx, op, err, drain)
 	}
 	staged := len(m.txn.staged) > 0
-	m.mu.Unlock()
+	m.unlock()
 
 	if staged {
 		if err := m.sendStagedShareAcks(ctx); err != nil {
-			return m.commitFailed(ctx, op, err)
+			return m.commitFailed(ctx, op, err, drain)
 		}
 	}
 
 	m.mu.Lock()
-	needEnd := m.needsEndTxnLocked()
-	m.mu.Unlock()
-	if needEnd {
-		if !deadline.IsZero() && time.Now().After(deadline) {
-			return m.commitFailed(ctx, op, errors.New("transaction timeout elapsed before EndTxn"))
-		}
-		if err := m.endTxn(ctx, true); err != nil {
-			return m.commitFailed(ctx, op, err)
-		}
+	if !m.needsEndTxnLocked() {
+		defer m.unlock()
+		m.settleLocked(true)
+		m.readyLocked()
+		return nil
 	}
+	m.unlock()
+	if !deadline.IsZero() && time.Now().After(deadline) {
+		return m.commitFailed(ctx, op, errors.New("transaction timeout elapsed before EndTxn"), drain)
+	}
+	return m.endCommit(ctx, op, drain)
+}
+
+// endCommit sends EndTxn(COMMIT) and settles what its answer, or its
+// absence, says.
+func (m *Manager) endCommit(ctx context.Context, op string, drain func(context.Context) error) error {
+	err := m.endTxn(ctx, true)
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.resolveStagedLocked(true)
-	m.stats.Committed++
-	m.setState(StateReady)
-	m.deadline = time.Time{}
-	return nil
+	if err == nil {
+		defer m.unlock()
+		m.settleLocked(true)
+		m.readyLocked()
+		return nil
+	}
+	if !m.txn.inDoubt { // every attempt was answered: none was applied
+		m.unlock()
+		return m.commitFailed(ctx, op, err, drain)
+	}
+	defer m.unlock()
+	var ke *kerr.Error
+	if errors.As(err, &ke) && ke.Code == kerr.InvalidTxnState.Code {
+		// Confirmed by the current coordinator: it holds no commit of
+		// this transaction, so the earlier attempt was not applied.
+		m.txn.inDoubt = false
+		cerr := Fatal(op, err)
+		m.toFatalLocked(cerr)
+		return cerr
+	}
+	cerr := InDoubt(op, err)
+	if errors.Is(cerr, ErrFatal) {
+		m.toFatalLocked(cerr)
+		return cerr
+	}
+	m.logger.Warn("commit outcome unknown: EndTxn(COMMIT) was sent and no answer came", "err", err)
+	m.setState(StateInDoubt)
+	m.err = cerr
+	return cerr
+}
+
+// probeWantedLocked reports whether a failed transaction should be probed
+// for fencing: a leader answered with an epoch error, and nothing has
+// ended the transaction or may have committed it.
+func (m *Manager) probeWantedLocked() bool {
+	return m.txn.suspectFenced && !m.txn.aborted && !m.txn.inDoubt && !m.txn.over
 }
 
 // commitFailed classifies a commit failure and moves the Manager to the
 // matching error state. When a leader answered with an epoch error, the
 // producer may have been fenced: an EndTxn(ABORT) tells, and a fenced
 // producer gets its fatal error now rather than at its next call.
-func (m *Manager) commitFailed(ctx context.Context, op string, err error) error {
+func (m *Manager) commitFailed(ctx context.Context, op string, err error, drain func(context.Context) error) error {
 	cerr := Classify(op, err)
 	m.mu.Lock()
 	m.failLocked(cerr)
-	probe := m.state == StateAbortableError && m.txn.suspectFenced && !m.txn.aborted && !m.txn.endTxnInDoubt
-	m.mu.Unlock()
+	probe := m.state == StateAbortableError && m.probeWantedLocked()
+	m.unlock()
 	if !probe {
 		return m.Err()
 	}
-	return m.probeFenced(ctx, op)
+	return m.probeFenced(ctx, op, drain)
 }
 
 // probeFenced finds out, for a transaction that failed with an epoch error
-// at a partition leader, whether the producer was fenced: it aborts the
-// transaction with EndTxn, which the coordinator answers PRODUCER_FENCED if
-// a newer producer took over (the Manager becomes fatal) and otherwise
-// performs (the transaction is aborted; Abort then only resets). It returns
-// the Manager's error.
-func (m *Manager) probeFenced(ctx context.Context, op string) error {
+// at a partition leader, whether the producer was fenced: once nothing of
+// the transaction is travelling (drain), it aborts the transaction with
+// EndTxn, which the coordinator answers PRODUCER_FENCED if a newer producer
+// took over (the Manager becomes fatal) and otherwise performs (the
+// transaction is aborted; Abort then only settles it). If the drain cannot
+// finish within ctx, it does not probe. It returns the Manager's error.
+func (m *Manager) probeFenced(ctx context.Context, op string, drain func(context.Context) error) error {
+	if drain != nil {
+		if err := drain(ctx); err != nil {
+			return m.Err()
+		}
+	}
 	if perr := m.endTxn(ctx, false); perr != nil {
 		var ke *kerr.Error
 		if errors.As(perr, &ke) && ke.Code == kerr.ProducerFenced.Code {
 			m.mu.Lock()
 			m.toFatalLocked(Fatal(op, perr))
-			m.mu.Unlock()
+			m.unlock()
 		}
 		return m.Err()
 	}
 	m.mu.Lock()
 	m.txn.aborted = true
-	m.mu.Unlock()
+	m.unlock()
 	return m.Err()
 }
 
-// Abort aborts the current transaction (in progress or failed). drain, the
-// produce path's "fail what is buffered and wait for what is in flight",
-// runs first, so that no produce request of this transaction is still
-// travelling when EndTxn(ABORT) goes out. If EndTxn cannot abort (the
-// coordinator lost the producer id mapping, or the epoch is stale), the
-// Manager re-initializes with its current id and epoch, which aborts the
-// transaction on the coordinator. On TV1 brokers, if sequence numbers may
-// have gaps, it bumps the epoch the same way.
+// Abort aborts the current transaction (in progress, failed, or with a
+// commit in doubt). drain, the produce path's "fail what is buffered and
+// wait for what is in flight", runs first, so that no produce request of
+// this transaction is still travelling when EndTxn(ABORT) goes out. If
+// EndTxn cannot abort (the coordinator lost the producer id mapping, or
+// the epoch is stale), the Manager re-initializes with its current id and
+// epoch, which aborts the transaction on the coordinator. On TV1 brokers,
+// if sequence numbers may have gaps, it bumps the epoch the same way.
+//
+// After an in-doubt commit, the EndTxn(ABORT) learns the outcome: it
+// aborts the transaction if the commit was not applied, and is answered
+// INVALID_TXN_STATE if it was; Abort then fetches the epoch the commit
+// moved to and returns an error matching ErrCommitted (the metrics and the
+// staged acknowledgements say committed too).
 //
 // On success the Manager is Ready and staged acknowledgements resolve as
-// aborted. If ctx ends first, the Manager stays in AbortableError and Abort
-// may be called again.
+// not committed. If ctx ends first, the Manager stays in AbortableError (or
+// InDoubt) and Abort may be called again; a fenced producer becomes fatal.
 func (m *Manager) Abort(ctx context.Context, drain func(context.Context) error) error {
 	const op = "abort transaction"
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
-	m.mu.Lock()
-	switch m.state {
-	case StateInTransaction, StateAbortableError:
-	default:
-		err := m.stateErr(op)
-		if m.state == StateReady {
-			err = Usage(op, errors.New("no transaction in progress"))
-		}
-		m.mu.Unlock()
+	ctx, leave, err := m.enter(ctx, op)
+	if err != nil {
 		return err
 	}
-	prev, prevErr := m.state, m.err
-	m.setState(StateAborting)
-	m.mu.Unlock()
-
+	defer leave()
+	m.mu.Lock()
+	switch m.state {
+	case StateInTransaction, StateAbortableError, StateInDoubt:
+	case StateReady:
+		m.unlock()
+		return Usage(op, errors.New("no transaction in progress"))
+	default:
+		err := m.stateErr(op)
+		m.unlock()
+		return err
+	}
+	m.unlock()
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	restore := func(err error) error {
+	return m.abortLocked(ctx, op, drain, false)
+}
+
+// abortLocked ends the current transaction as Abort describes and, with
+// bump (InitProducerID's recovery) or when the epoch must be refreshed,
+// sends InitProducerId with the current id and epoch. The outcome is
+// settled (counted, acknowledgements resolved) as soon as it is known, so
+// that a retry after a failed epoch refresh does not count it again.
+// Called by the operation in progress.
+func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context.Context) error, bump bool) error {
+	m.mu.Lock()
+	prev, prevErr := m.state, m.err
+	inDoubt, over := m.txn.inDoubt, m.txn.over
+	m.setState(StateAborting)
+	m.unlock()
+
+	fail := func(err error) error {
 		cerr := Classify(op, err)
 		m.mu.Lock()
-		defer m.mu.Unlock()
-		if errors.Is(cerr, ErrFatal) {
-			m.toFatalLocked(cerr)
-			return cerr
+		defer m.unlock()
+		if m.txn.inDoubt {
+			cerr = InDoubt(op, err)
 		}
-		m.setState(StateAbortableError)
-		if prev == StateAbortableError && prevErr != nil {
-			m.err = fmt.Errorf("%w; abort failed: %w", prevErr, err)
-		} else {
+		switch {
+		case errors.Is(cerr, ErrFatal):
+			m.toFatalLocked(cerr)
+		case m.txn.inDoubt:
+			m.setState(StateInDoubt)
 			m.err = cerr
+		default:
+			m.setState(StateAbortableError)
+			if prev == StateAbortableError && prevErr != nil && !over {
+				m.err = fmt.Errorf("%w; abort failed: %w", prevErr, err)
+			} else {
+				m.err = cerr
+			}
 		}
 		return cerr
 	}
-	if drain != nil {
-		if err := drain(ctx); err != nil {
-			return restore(err)
-		}
-	}
-	m.mu.Lock()
-	needEnd := m.needsEndTxnLocked() && !m.txn.aborted
-	inDoubt := m.txn.endTxnInDoubt
-	tv2, needBump := m.tv2, m.txn.needBump
-	m.mu.Unlock()
 
-	reinit := !tv2 && needBump
-	if needEnd {
-		if err := m.endTxn(ctx, false); err != nil {
+	var outcome error // what to report once the epoch is fresh
+	reinit := bump || over
+	if !over {
+		if drain != nil && !inDoubt {
+			if err := drain(ctx); err != nil {
+				return fail(err)
+			}
+		}
+		m.mu.Lock()
+		needEnd := (m.needsEndTxnLocked() && !m.txn.aborted) || inDoubt
+		reinit = reinit || (!m.tv2 && m.txn.needBump)
+		m.unlock()
+		committed := false
+		if needEnd {
+			err := m.endTxn(ctx, false)
 			var ke *kerr.Error
+			known := errors.As(err, &ke)
 			switch {
-			case errors.As(err, &ke) && ke.Code == kerr.InvalidTxnState.Code && inDoubt:
-				// The commit whose answer was lost had been applied.
-				m.mu.Lock()
-				m.resolveStagedLocked(true)
-				m.stats.Committed++
-				m.toFatalLocked(Fatal(op, fmt.Errorf("the transaction had committed before the abort (its EndTxn answer was lost): %w", err)))
-				err := m.err
-				m.mu.Unlock()
-				return err
-			case errors.As(err, &ke) && recoverableByReinit(ke.Code):
+			case err == nil:
+			case inDoubt && known && ke.Code == kerr.InvalidTxnState.Code:
+				// The coordinator has this transaction committing or
+				// committed: the EndTxn(COMMIT) whose answer was lost had
+				// been applied. Its answer carries no epoch; fetch it.
+				committed, reinit = true, true
+				outcome = newError([]error{ErrCommitted}, op, fmt.Errorf("its EndTxn(COMMIT) had been applied and the answer was lost: %w", err))
+			case inDoubt && known && (ke.Code == kerr.InvalidProducerIDMapping.Code || ke.Code == kerr.UnknownProducerID.Code):
+				// The coordinator no longer knows the producer: the
+				// outcome cannot be learned any more.
+				reinit = true
+				outcome = InDoubt(op, fmt.Errorf("the coordinator no longer knows the producer, so the outcome cannot be learned: %w", err))
+			case !inDoubt && known && recoverableByReinit(ke.Code):
 				m.logger.Info("EndTxn(ABORT) refused; re-initializing the producer id to abort", "err", err)
 				reinit = true
 			default:
-				return restore(err)
+				return fail(err)
 			}
 		}
+		m.mu.Lock()
+		if errors.Is(outcome, ErrInDoubt) {
+			m.resolveStagedLocked(false)
+			m.txn = txnScope{over: true}
+		} else {
+			m.settleLocked(committed)
+		}
+		m.unlock()
 	}
 	if reinit {
 		if err := m.initProducerIDLocked(ctx); err != nil {
-			return restore(err)
+			cerr := fail(err)
+			if outcome != nil {
+				return fmt.Errorf("%w (then: %w)", outcome, cerr)
+			}
+			return cerr
 		}
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.resolveStagedLocked(false)
-	m.stats.Aborted++
-	m.setState(StateReady)
-	m.err = nil
-	m.deadline = time.Time{}
-	return nil
+	defer m.unlock()
+	m.readyLocked()
+	return outcome
 }
 
 // recoverableByReinit lists EndTxn(ABORT) answers after which an
@@ -243,20 +353,21 @@ func recoverableByReinit(code int16) bool {
 
 // endTxn sends EndTxn to the transaction coordinator with the stale-answer
 // defense and stores the id and epoch that EndTxn v5 returns. The error is
-// unclassified. If a COMMIT may have been applied and its answer was lost
-// (ctx ended after the request went out), the transaction is marked in
-// doubt so that a later Abort can tell what happened.
+// unclassified. Once an attempt of a COMMIT was handed to the transport
+// and its answer never came, the transaction is in doubt until a caller
+// learns its outcome (an answered attempt, even an error, was not applied;
+// a lost one may have been, whatever later attempts are answered).
 func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 	pid, epoch := m.ProducerID()
 	resp, err := m.coords.callCoordinator(ctx, coordinatorCall{
 		op:  "EndTxn",
 		typ: TransactionCoordinator,
 		key: m.txnID,
-		sent: func() {
+		lost: func() {
 			if commit {
 				m.mu.Lock()
-				m.txn.endTxnInDoubt = true
-				m.mu.Unlock()
+				m.txn.inDoubt = true
+				m.unlock()
 			}
 		},
 		build: func() kmsg.Request {
@@ -269,18 +380,11 @@ func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 		code: func(r kmsg.Response) (int16, *string) { return r.(*kmsg.EndTxnResponse).ErrorCode, nil },
 	})
 	if err != nil {
-		if !isContextErr(err) {
-			// A definite answer: the commit did not happen.
-			m.mu.Lock()
-			m.txn.endTxnInDoubt = false
-			m.mu.Unlock()
-		}
 		return err
 	}
 	r := resp.(*kmsg.EndTxnResponse)
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.txn.endTxnInDoubt = false
+	defer m.unlock()
 	if m.tv2 {
 		if r.Version < 5 {
 			return fmt.Errorf("EndTxn: transaction version 2 needs EndTxn v5, the broker answered v%d: %w", r.Version, kerr.UnsupportedVersion)

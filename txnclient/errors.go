@@ -10,9 +10,18 @@ import (
 )
 
 // The error taxonomy. Every error a Manager (or the producer built on it)
-// returns matches exactly one of ErrAbortable, ErrFatal or ErrUsage with
-// errors.Is, and keeps its cause (a *kerr.Error, a context error, a
-// connection error) reachable with errors.As / errors.Is.
+// returns matches exactly one of ErrAbortable, ErrInDoubt, ErrCommitted,
+// ErrFatal or ErrUsage with errors.Is, with two refinements: errors
+// matching ErrShareAcksUnsupported also match ErrFatal, and a fatal error
+// that leaves a commit's outcome unknown matches both ErrFatal and
+// ErrInDoubt (act on ErrFatal: close). Each keeps its cause (a *kerr.Error,
+// a context error, a connection error) reachable with errors.As /
+// errors.Is.
+//
+// What to do: ErrAbortable, abort (the transaction did not commit and will
+// not); ErrInDoubt, abort, which learns the outcome (or commit again,
+// which finishes the commit); ErrCommitted, nothing (the abort found that
+// the transaction had committed); ErrFatal, close; ErrUsage, fix the code.
 var (
 	// ErrAbortable means the current transaction cannot commit: abort it
 	// (AbortTransaction) and, if you want, redo its work in a new one.
@@ -36,6 +45,24 @@ var (
 	// example Produce outside a transaction) or its arguments are invalid.
 	// Nothing changed; fix the calling code.
 	ErrUsage = errors.New("invalid use")
+
+	// ErrInDoubt means the transaction's commit was sent (EndTxn(COMMIT))
+	// and its answer never came: it committed entirely or not at all, and
+	// which is not known yet. CommitTransaction retries a lost answer until
+	// the coordinator answers, within the caller's context and the
+	// transaction timeout, and returns ErrInDoubt only when both ran out.
+	// The next AbortTransaction, CommitTransaction, InitTransactions or
+	// Close learns the outcome from the coordinator and reports it. A
+	// fatal error that leaves a commit's outcome unknown (the producer was
+	// fenced meanwhile) matches both ErrFatal and ErrInDoubt.
+	ErrInDoubt = errors.New("transaction outcome in doubt")
+
+	// ErrCommitted is AbortTransaction's answer when it finds that the
+	// transaction it was asked to abort had committed: the commit whose
+	// outcome was in doubt (ErrInDoubt) had been applied. Outputs and
+	// acknowledgements took effect; nothing is to be redone, and the
+	// producer is ready for the next transaction.
+	ErrCommitted = errors.New("transaction had committed")
 )
 
 // Error is the concrete type of every error a Manager returns. Use
@@ -50,23 +77,41 @@ type Error struct {
 	kinds []error
 }
 
-func newError(kind error, op string, cause error) *Error {
-	kinds := []error{kind}
-	if kind == ErrShareAcksUnsupported {
-		kinds = append(kinds, ErrFatal)
-	}
+func newError(kinds []error, op string, cause error) *Error {
 	return &Error{Op: op, Err: cause, kinds: kinds}
 }
 
 // Abortable wraps cause as an ErrAbortable error of operation op. The
 // producer uses it for failures it detects itself.
-func Abortable(op string, cause error) error { return newError(ErrAbortable, op, cause) }
+func Abortable(op string, cause error) error { return newError([]error{ErrAbortable}, op, cause) }
 
 // Fatal wraps cause as an ErrFatal error of operation op.
-func Fatal(op string, cause error) error { return newError(ErrFatal, op, cause) }
+func Fatal(op string, cause error) error { return newError([]error{ErrFatal}, op, cause) }
 
 // Usage wraps cause as an ErrUsage error of operation op.
-func Usage(op string, cause error) error { return newError(ErrUsage, op, cause) }
+func Usage(op string, cause error) error { return newError([]error{ErrUsage}, op, cause) }
+
+// InDoubt wraps cause, the reason the outcome of a sent EndTxn(COMMIT)
+// could not be learned, as an ErrInDoubt error of operation op. If cause
+// is itself fatal (the producer was fenced before it could learn), the
+// error matches ErrFatal too.
+func InDoubt(op string, cause error) error {
+	kinds := []error{ErrInDoubt}
+	if errors.Is(Classify(op, cause), ErrFatal) {
+		kinds = []error{ErrFatal, ErrInDoubt}
+	}
+	return newError(kinds, op, unclassified(cause))
+}
+
+// unclassified returns the cause inside a classified error, so that a
+// reclassified error does not match its former class too.
+func unclassified(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Err != nil {
+		return e.Err
+	}
+	return err
+}
 
 // Error implements error.
 func (e *Error) Error() string {
@@ -74,7 +119,15 @@ func (e *Error) Error() string {
 	b.WriteString("kshare: ")
 	b.WriteString(e.Op)
 	b.WriteString(": ")
-	b.WriteString(e.kinds[0].Error())
+	for i, k := range e.kinds {
+		if i > 0 {
+			if e.kinds[0] == ErrShareAcksUnsupported {
+				break // says enough: it implies ErrFatal
+			}
+			b.WriteString(", ")
+		}
+		b.WriteString(k.Error())
+	}
 	if e.Err != nil {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
@@ -125,9 +178,9 @@ func Classify(op string, err error) error {
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) && fatalCodes[ke.Code] {
-		return newError(ErrFatal, op, err)
+		return Fatal(op, err)
 	}
-	return newError(ErrAbortable, op, err)
+	return Abortable(op, err)
 }
 
 // gaveUp describes a retry loop that ran out of time: the context error,

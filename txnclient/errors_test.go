@@ -33,7 +33,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestShareAcksUnsupportedIsFatal(t *testing.T) {
-	err := newError(ErrShareAcksUnsupported, "op", errors.New("broker 1 lacks key 96"))
+	err := newError([]error{ErrShareAcksUnsupported, ErrFatal}, "op", errors.New("broker 1 lacks key 96"))
 	require.ErrorIs(t, err, ErrShareAcksUnsupported)
 	require.ErrorIs(t, err, ErrFatal)
 	require.NotErrorIs(t, err, ErrAbortable)

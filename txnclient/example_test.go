@@ -24,22 +24,44 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	if err := m.InitProducerID(ctx); err != nil {
+	// Close aborts whatever is left open (or learns an in-doubt commit's
+	// outcome) and resolves staged acknowledgements, within its context.
+	defer m.Close(ctx, nil)
+	if err := m.InitProducerID(ctx, nil); err != nil {
 		panic(err)
 	}
 	if err := m.Begin(); err != nil {
 		panic(err)
 	}
 	// m.StageShareAcks(ctx, acks, groupMetadata) here.
-	err = m.Commit(ctx, nil)
+	err = m.Commit(ctx, nil, nil)
 	var ke *kerr.Error
 	switch {
 	case err == nil:
-	case errors.Is(err, txnclient.ErrAbortable):
-		_ = m.Abort(ctx, nil) // and redo the work
 	case errors.As(err, &ke) && ke == kerr.ProducerFenced:
 		fmt.Println("fenced by a newer producer")
+	case errors.Is(err, txnclient.ErrAbortable):
+		_ = m.Abort(ctx, nil) // and redo the work
+	case errors.Is(err, txnclient.ErrInDoubt):
+		// The commit's answer was lost: the abort learns the outcome.
+		if errors.Is(m.Abort(ctx, nil), txnclient.ErrCommitted) {
+			fmt.Println("it had committed")
+		}
 	}
+}
+
+// An error that leaves a commit's outcome unknown says so, and stays
+// distinguishable from an abortable one.
+func ExampleInDoubt() {
+	err := txnclient.InDoubt("commit transaction", context.DeadlineExceeded)
+	fmt.Println(errors.Is(err, txnclient.ErrInDoubt), errors.Is(err, txnclient.ErrAbortable), errors.Is(err, txnclient.ErrFatal))
+	fenced := txnclient.InDoubt("commit transaction", kerr.ProducerFenced)
+	fmt.Println(errors.Is(fenced, txnclient.ErrInDoubt), errors.Is(fenced, txnclient.ErrFatal))
+	fmt.Println(err)
+	// Output:
+	// true false false
+	// true true
+	// kshare: commit transaction: transaction outcome in doubt: context deadline exceeded
 }
 
 // Errors are classified by sentinel, and keep their broker cause.

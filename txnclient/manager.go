@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // State is where a Manager is in the transaction life cycle.
@@ -20,9 +19,11 @@ type State int32
 // The states. A Manager starts Uninitialized; InitProducerID makes it Ready;
 // Begin moves it to InTransaction; Commit passes through Committing and
 // Abort through Aborting back to Ready. A failure that dooms the current
-// transaction moves it to AbortableError (only Abort, or InitProducerID,
-// leaves it); one that dooms the producer moves it to FatalError, which
-// nothing leaves.
+// transaction moves it to AbortableError (only Abort, InitProducerID or
+// Close leaves it); a commit whose EndTxn(COMMIT) answer never came moves
+// it to InDoubt (Commit, Abort, InitProducerID or Close learns the outcome
+// and leaves it); one that dooms the producer moves it to FatalError,
+// which only Close leaves. Close moves every state to Closed.
 const (
 	StateUninitialized State = iota
 	StateReady
@@ -31,6 +32,8 @@ const (
 	StateAborting
 	StateAbortableError
 	StateFatalError
+	StateInDoubt
+	StateClosed
 )
 
 // String names the state, e.g. "in transaction".
@@ -50,6 +53,10 @@ func (s State) String() string {
 		return "abortable error"
 	case StateFatalError:
 		return "fatal error"
+	case StateInDoubt:
+		return "commit in doubt"
+	case StateClosed:
+		return "closed"
 	}
 	return fmt.Sprintf("State(%d)", int32(s))
 }
@@ -89,9 +96,10 @@ type Stats struct {
 // failures to it.
 //
 // Operations that change the state (InitProducerID, Begin, Commit, Abort,
-// SendOffsets, StageShareAcks) are serialized; ProducerID, State, Fail,
-// MarkSent, AddPartitions and ConfirmAnswer may be called concurrently with
-// them.
+// SendOffsets, StageShareAcks, Close) are serialized: each waits for the
+// one in progress, within its context. ProducerID, State, Fail, FailTxn,
+// MarkSent, AddPartitions and ConfirmAnswer may be called concurrently
+// with them.
 type Manager struct {
 	cl      *kgo.Client
 	txnID   string
@@ -100,7 +108,13 @@ type Manager struct {
 	coords  *Coordinators
 	caps    *Capabilities
 
-	opMu sync.Mutex // serializes the state-changing operations
+	// sem serializes the state-changing operations (a channel rather than
+	// a mutex, so that waiting for it can end with a context).
+	sem chan struct{}
+	// opsCtx ends when Close gives up waiting for the operation in
+	// progress: every operation's context is derived from it.
+	opsCtx  context.Context
+	stopOps context.CancelFunc
 
 	// stateA mirrors state and txnNum, packed (txnNum<<8 | state), so
 	// that TxnState reads both at once without blocking.
@@ -108,27 +122,37 @@ type Manager struct {
 	sent   atomic.Bool // something of this transaction may have reached a broker
 	ids    atomic.Pointer[producerIDEpoch]
 
-	mu       sync.Mutex
-	state    State
-	err      error // why the state is AbortableError or FatalError
-	pid      int64
-	epoch    int16
-	tv2      bool
-	deadline time.Time
-	txnNum   uint64 // transactions begun so far
-	txn      txnScope
-	stats    Stats
+	mu sync.Mutex
+	// resolutions are the Tracker.Resolve calls decided under mu; unlock
+	// makes them once mu is released, so that a tracker may call back
+	// into the Manager (or the producer) without deadlocking.
+	resolutions []func()
+	state       State
+	closing     bool  // Close has begun: no new operation starts
+	err         error // why the state is AbortableError, InDoubt or FatalError
+	pid         int64
+	epoch       int16
+	tv2         bool
+	deadline    time.Time
+	txnNum      uint64 // transactions begun so far
+	txn         txnScope
+	stats       Stats
 }
 
 // txnScope is what one transaction accumulated; Begin resets it.
 type txnScope struct {
 	addedParts    map[string]map[int32]bool // TV1: partitions added to the coordinator
 	offsetGroups  map[string]bool           // TV1: groups added with AddOffsetsToTxn
-	staged        []stagedAcks              // share acks waiting for commit
+	staged        []stagedAcks              // share acks waiting for the outcome
 	needBump      bool                      // TV1: sequences uncertain, bump the epoch after abort
 	suspectFenced bool                      // a leader answered with an epoch error
-	endTxnInDoubt bool                      // an EndTxn(COMMIT) may have been applied
-	aborted       bool                      // the coordinator already aborted it
+	// inDoubt: an attempt of EndTxn(COMMIT) was sent and its answer was
+	// lost, so it may have been applied. Only a learned outcome clears it.
+	inDoubt bool
+	aborted bool // the coordinator already aborted it (the fencing probe)
+	// over: the transaction's outcome is settled and accounted for; only
+	// the InitProducerId that refreshes the epoch is left to do.
+	over bool
 }
 
 type producerIDEpoch struct {
@@ -165,9 +189,11 @@ func New(cfg Config) (*Manager, error) {
 		logger:  logger,
 		coords:  NewCoordinators(cfg.Client, logger),
 		caps:    NewCapabilities(cfg.Client),
+		sem:     make(chan struct{}, 1),
 		pid:     -1,
 		epoch:   -1,
 	}
+	m.opsCtx, m.stopOps = context.WithCancel(context.Background())
 	m.ids.Store(&producerIDEpoch{-1, -1})
 	return m, nil
 }
@@ -200,11 +226,11 @@ func (m *Manager) TxnState() (State, uint64) {
 	return State(v & 0xff), v >> 8
 }
 
-// Err returns the error that put the Manager in AbortableError or
-// FatalError, or nil.
+// Err returns the error that put the Manager in AbortableError, InDoubt
+// or FatalError, or nil.
 func (m *Manager) Err() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.err
 }
 
@@ -227,7 +253,7 @@ func (m *Manager) setIDsLocked(id int64, epoch int16) {
 // 2, as detected at the last InitProducerID.
 func (m *Manager) TV2() bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.tv2
 }
 
@@ -235,14 +261,14 @@ func (m *Manager) TV2() bool {
 // the transaction timeout. It is zero outside a transaction.
 func (m *Manager) Deadline() time.Time {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.deadline
 }
 
 // Stats returns the counters.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.stats
 }
 
@@ -253,7 +279,7 @@ func (m *Manager) Stats() Stats {
 func (m *Manager) MarkSequenceGap() {
 	m.mu.Lock()
 	m.txn.needBump = true
-	m.mu.Unlock()
+	m.unlock()
 }
 
 // MarkSent records that a request of the current transaction (a produce
@@ -271,8 +297,10 @@ func (m *Manager) setState(s State) {
 // allow it. Called with mu held.
 func (m *Manager) stateErr(op string) error {
 	switch m.state {
-	case StateAbortableError, StateFatalError:
+	case StateAbortableError, StateFatalError, StateInDoubt:
 		return m.err
+	case StateClosed:
+		return errClosed(op)
 	case StateUninitialized:
 		return Usage(op, errors.New("InitTransactions has not succeeded"))
 	case StateReady:
@@ -281,11 +309,18 @@ func (m *Manager) stateErr(op string) error {
 	return Usage(op, fmt.Errorf("not allowed while %s", m.state))
 }
 
+// errClosed is what every call gets once Close has begun.
+func errClosed(op string) error { return Usage(op, errors.New("producer is closed")) }
+
+// errNilContext is the cause of the ErrUsage error of a call given a nil
+// context.
+var errNilContext = errors.New("nil context")
+
 // openTxn returns the deadline of the transaction in progress and whether
 // it runs TV2, or, when none is in progress, the error op gets.
 func (m *Manager) openTxn(op string) (deadline time.Time, tv2 bool, err error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.state != StateInTransaction {
 		return time.Time{}, false, m.stateErr(op)
 	}
@@ -299,8 +334,25 @@ func (m *Manager) openTxn(op string) (deadline time.Time, tv2 bool, err error) {
 func (m *Manager) Fail(op string, err error) error {
 	cerr := Classify(op, err)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	m.failLocked(cerr)
+	return cerr
+}
+
+// FailTxn is Fail for a failure that belongs to transaction txnNum (the
+// number TxnState gave when the failed record was buffered): it dooms that
+// transaction only if it is still the current one, so that a late failure
+// of an ended transaction never touches the next. Every record that fails
+// while its transaction is open must be reported here (or with Fail)
+// before its failure is counted as resolved, so that a flush that sees
+// nothing outstanding also sees the doomed state.
+func (m *Manager) FailTxn(txnNum uint64, op string, err error) error {
+	cerr := Classify(op, err)
+	m.mu.Lock()
+	defer m.unlock()
+	if txnNum == m.txnNum || errors.Is(cerr, ErrFatal) {
+		m.failLocked(cerr)
+	}
 	return cerr
 }
 
@@ -328,9 +380,11 @@ func (m *Manager) failLocked(cerr error) {
 }
 
 // toFatalLocked makes the Manager fatal. A transaction in progress can no
-// longer commit, so its staged acknowledgements resolve as aborted.
+// longer commit, so its staged acknowledgements resolve as not committed
+// (also when a commit of it is in doubt: the producer can no longer learn
+// the outcome, and the error says so with ErrInDoubt).
 func (m *Manager) toFatalLocked(cerr error) {
-	if m.state == StateFatalError {
+	if m.state == StateFatalError || m.state == StateClosed {
 		return
 	}
 	m.logger.Warn("producer is now unusable", "err", cerr)
@@ -340,106 +394,26 @@ func (m *Manager) toFatalLocked(cerr error) {
 	m.deadline = time.Time{}
 }
 
-// InitProducerID gets a producer id and epoch from the transaction
-// coordinator. Called again after an abortable error, it aborts the
-// transaction in progress: on brokers that accept it (InitProducerId v3+),
-// it passes the current id and epoch, so that the coordinator bumps the
-// epoch of this producer rather than treating it as a new one, and answers
-// PRODUCER_FENCED if a newer producer took over. It retries until ctx or the
-// transaction timeout ends. It also detects whether the coordinator runs
-// TV2.
-func (m *Manager) InitProducerID(ctx context.Context) error {
-	const op = "init producer id"
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
-	m.mu.Lock()
-	switch m.state {
-	case StateUninitialized, StateReady, StateAbortableError:
-	default:
-		err := m.stateErr(op)
-		m.mu.Unlock()
-		return err
-	}
-	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	if err := m.initProducerIDLocked(ctx); err != nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if errors.Is(err, ErrFatal) {
-			m.toFatalLocked(err)
-		}
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.state == StateAbortableError {
-		// The coordinator aborted the open transaction for us.
-		m.resolveStagedLocked(false)
-		m.stats.Aborted++
-	}
-	m.setState(StateReady)
-	m.err = nil
-	m.deadline = time.Time{}
-	m.txn = txnScope{}
-	m.sent.Store(false)
-	return nil
-}
-
-// initProducerIDLocked sends InitProducerId (with the current id and epoch
-// when there is one) and stores the answer. Called with opMu held.
-func (m *Manager) initProducerIDLocked(ctx context.Context) error {
-	const op = "init producer id"
-	pid, epoch := m.ProducerID()
-	resp, err := m.coords.callCoordinator(ctx, coordinatorCall{
-		op:  "InitProducerId",
-		typ: TransactionCoordinator,
-		key: m.txnID,
-		build: func() kmsg.Request {
-			req := kmsg.NewPtrInitProducerIDRequest()
-			req.TransactionalID = &m.txnID
-			req.TransactionTimeoutMillis = int32(m.timeout / time.Millisecond)
-			req.ProducerID, req.ProducerEpoch = pid, epoch
-			return req
-		},
-		code: func(r kmsg.Response) (int16, *string) {
-			return r.(*kmsg.InitProducerIDResponse).ErrorCode, nil
-		},
-	})
-	if err != nil {
-		return Classify(op, err)
-	}
-	r := resp.(*kmsg.InitProducerIDResponse)
-	tv2 := false
-	if node, ok := m.coords.Cached(TransactionCoordinator, m.txnID); ok {
-		caps, err := m.caps.Of(ctx, node)
-		if err != nil {
-			return Classify(op, err)
-		}
-		tv2 = m.caps.tv2(caps)
-	}
-	m.mu.Lock()
-	m.setIDsLocked(r.ProducerID, r.ProducerEpoch)
-	m.tv2 = tv2
-	m.mu.Unlock()
-	m.logger.Debug("producer id initialized", "producer_id", r.ProducerID, "epoch", r.ProducerEpoch, "tv2", tv2)
-	return nil
-}
-
 // Begin starts a transaction. It sends nothing: on TV2 brokers the
 // partition leaders add partitions to the transaction themselves, and on
 // TV1 brokers the produce path calls AddPartitions. The transaction timeout
-// starts now and bounds every retry until the transaction ends.
+// starts now and bounds every retry until the transaction ends. It waits
+// for an operation in progress in another goroutine, and fails with
+// ErrUsage once Close has begun.
 func (m *Manager) Begin() error {
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	const op = "begin transaction"
+	_, leave, err := m.enter(context.Background(), op)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.state != StateReady {
 		if m.state == StateInTransaction {
-			return Usage("begin transaction", errors.New("a transaction is already in progress"))
+			return Usage(op, errors.New("a transaction is already in progress"))
 		}
-		return m.stateErr("begin transaction")
+		return m.stateErr(op)
 	}
 	m.txn = txnScope{}
 	m.sent.Store(false)
@@ -450,7 +424,9 @@ func (m *Manager) Begin() error {
 }
 
 // resolveStagedLocked tells every staged acknowledgement's tracker how the
-// transaction ended, once, and forgets them.
+// transaction ended, once, and forgets them: committed is true only when
+// the coordinator is known to have committed it. The trackers hear it when
+// mu is released (unlock).
 func (m *Manager) resolveStagedLocked(committed bool) {
 	staged := m.txn.staged
 	m.txn.staged = nil
@@ -458,10 +434,48 @@ func (m *Manager) resolveStagedLocked(committed bool) {
 		if committed {
 			m.stats.ShareAcksCommitted += int64(s.acks.Len())
 		}
-		if s.acks.Tracker != nil {
-			s.acks.Tracker.Resolve(s.acks, committed)
+		if t := s.acks.Tracker; t != nil {
+			acks := s.acks
+			m.resolutions = append(m.resolutions, func() { t.Resolve(acks, committed) })
 		}
 	}
+}
+
+// unlock releases mu and then makes the tracker calls decided under it.
+func (m *Manager) unlock() {
+	calls := m.resolutions
+	m.resolutions = nil
+	m.mu.Unlock()
+	for _, call := range calls {
+		call()
+	}
+}
+
+// settleLocked records the learned outcome of the current transaction
+// once: staged acknowledgements resolve, the matching counter moves, and
+// the transaction is over (only an epoch refresh may be left).
+func (m *Manager) settleLocked(committed bool) {
+	if m.txn.over {
+		return
+	}
+	m.resolveStagedLocked(committed)
+	if committed {
+		m.stats.Committed++
+	} else {
+		m.stats.Aborted++
+	}
+	m.txn = txnScope{over: true}
+	m.sent.Store(false)
+	m.deadline = time.Time{}
+}
+
+// readyLocked makes the Manager Ready after its transaction ended.
+func (m *Manager) readyLocked() {
+	m.setState(StateReady)
+	m.err = nil
+	m.deadline = time.Time{}
+	m.txn = txnScope{}
+	m.sent.Store(false)
 }
 
 // AnswerCheck carries the stale-answer defense across the attempts of one

@@ -40,17 +40,17 @@ func TestWrongStateIsUsageError(t *testing.T) {
 	m := newManager(t, newClient(t, c), "usage")
 	ctx := testCtx(t)
 	require.ErrorIs(t, m.Begin(), ErrUsage, "begin before init")
-	require.ErrorIs(t, m.Commit(ctx, nil), ErrUsage)
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrUsage)
 	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage)
 	require.Empty(t, log.Of(kmsg.InitProducerID.Int16()))
 	require.Equal(t, StateUninitialized, m.State())
 
-	require.NoError(t, m.InitProducerID(ctx))
-	require.ErrorIs(t, m.Commit(ctx, nil), ErrUsage, "commit without a transaction")
+	require.NoError(t, m.InitProducerID(ctx, nil))
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrUsage, "commit without a transaction")
 	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage, "abort without a transaction")
 	require.NoError(t, m.Begin())
 	require.ErrorIs(t, m.Begin(), ErrUsage, "nested begin")
-	require.ErrorIs(t, m.InitProducerID(ctx), ErrUsage, "init during a transaction")
+	require.ErrorIs(t, m.InitProducerID(ctx, nil), ErrUsage, "init during a transaction")
 	meta := wire.ShareGroupMetadata{GroupID: "g", MemberID: "m"}
 	require.ErrorIs(t, m.StageShareAcks(ctx, nil, meta), ErrUsage)
 	var acks wire.ShareAcks
@@ -68,12 +68,12 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 	log := testkit.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "empty")
 	ctx := testCtx(t)
-	require.NoError(t, m.InitProducerID(ctx))
+	require.NoError(t, m.InitProducerID(ctx, nil))
 	require.True(t, m.TV2())
 	pid, epoch := m.ProducerID()
 
 	require.NoError(t, m.Begin())
-	require.NoError(t, m.Commit(ctx, nil))
+	require.NoError(t, m.Commit(ctx, nil, nil))
 	require.NoError(t, m.Begin())
 	require.NoError(t, m.Abort(ctx, nil))
 	require.Empty(t, log.Of(kmsg.EndTxn.Int16()), "empty transactions end locally")
@@ -97,14 +97,15 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 }
 
 // Re-initializing after an abortable error passes the current id and epoch
-// (recovery); a producer that was fenced meanwhile learns it as ErrFatal.
+// (recovery) after ending the open transaction with EndTxn(ABORT); a
+// producer that was fenced meanwhile learns it as ErrFatal.
 func TestInitProducerIDRecovery(t *testing.T) {
 	c := testkit.Cluster(t)
 	log := testkit.ObserveRequests(t, c)
 	cl := newClient(t, c)
 	m := newManager(t, cl, "recovery")
 	ctx := testCtx(t)
-	require.NoError(t, m.InitProducerID(ctx))
+	require.NoError(t, m.InitProducerID(ctx, nil))
 	first := log.Of(kmsg.InitProducerID.Int16())[0].Req.(*kmsg.InitProducerIDRequest)
 	require.EqualValues(t, -1, first.ProducerID, "a new producer asks for a fresh id")
 	pid, epoch := m.ProducerID()
@@ -114,23 +115,28 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	err := m.Fail("produce", kerr.MessageTooLarge)
 	require.ErrorIs(t, err, ErrAbortable)
 	require.Equal(t, StateAbortableError, m.State())
-	require.ErrorIs(t, m.Commit(ctx, nil), ErrAbortable, "an abortable transaction cannot commit")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrAbortable, "an abortable transaction cannot commit")
 
 	log.Reset()
-	require.NoError(t, m.InitProducerID(ctx))
-	inits := log.Of(kmsg.InitProducerID.Int16())
-	require.Len(t, inits, 1)
-	req := inits[0].Req.(*kmsg.InitProducerIDRequest)
+	require.NoError(t, m.InitProducerID(ctx, nil))
+	seq := log.Of(kmsg.EndTxn.Int16(), kmsg.InitProducerID.Int16())
+	require.Len(t, seq, 2, "recovery ends the open transaction, then bumps the epoch")
+	end := seq[0].Req.(*kmsg.EndTxnRequest)
+	require.False(t, end.Commit)
+	require.Equal(t, []any{pid, epoch}, []any{end.ProducerID, end.ProducerEpoch})
+	req := seq[1].Req.(*kmsg.InitProducerIDRequest)
 	require.Equal(t, pid, req.ProducerID, "recovery passes the current id")
-	require.Equal(t, epoch, req.ProducerEpoch, "and epoch")
+	require.Equal(t, epoch+1, req.ProducerEpoch, "and the epoch the abort moved to (TV2)")
+	_, newEpoch := m.ProducerID()
+	require.Equal(t, epoch+2, newEpoch)
 	require.Equal(t, StateReady, m.State())
 	require.EqualValues(t, 1, m.Stats().Aborted)
 
 	// A successor fences m; m's recovery attempt is refused.
 	require.NoError(t, m.Begin())
 	require.Error(t, m.Fail("produce", kerr.MessageTooLarge))
-	require.NoError(t, newManager(t, cl, "recovery").InitProducerID(ctx))
-	err = m.InitProducerID(ctx)
+	require.NoError(t, newManager(t, cl, "recovery").InitProducerID(ctx, nil))
+	err = m.InitProducerID(ctx, nil)
 	require.ErrorIs(t, err, ErrFatal)
 	require.ErrorIs(t, err, kerr.ProducerFenced)
 	require.Equal(t, StateFatalError, m.State())
@@ -146,7 +152,7 @@ func TestTxnStateNumbersTransactions(t *testing.T) {
 	st, n := m.TxnState()
 	require.Equal(t, StateUninitialized, st)
 	require.Zero(t, n)
-	require.NoError(t, m.InitProducerID(ctx))
+	require.NoError(t, m.InitProducerID(ctx, nil))
 	for want := uint64(1); want <= 3; want++ {
 		require.NoError(t, m.Begin())
 		st, n = m.TxnState()
@@ -156,7 +162,7 @@ func TestTxnStateNumbersTransactions(t *testing.T) {
 			m.MarkSent() // the abort goes to the coordinator
 			require.NoError(t, m.Abort(ctx, nil))
 		} else {
-			require.NoError(t, m.Commit(ctx, nil)) // nothing sent: ends locally
+			require.NoError(t, m.Commit(ctx, nil, nil)) // nothing sent: ends locally
 		}
 		st, n = m.TxnState()
 		require.Equal(t, StateReady, st)
@@ -172,7 +178,7 @@ func TestConfirmAnswer(t *testing.T) {
 	c := testkit.Cluster(t, broker.Nodes(2))
 	m := newManager(t, newClient(t, c), "confirm")
 	ctx := testCtx(t)
-	require.NoError(t, m.InitProducerID(ctx))
+	require.NoError(t, m.InitProducerID(ctx, nil))
 	var chk AnswerCheck
 	require.True(t, m.ConfirmAnswer(ctx, kerr.ProducerFenced.Code, &chk), "first answer is retried")
 	require.False(t, m.ConfirmAnswer(ctx, kerr.ProducerFenced.Code, &chk), "repeated by the same coordinator: final")
@@ -273,7 +279,7 @@ func TestSendOffsets(t *testing.T) {
 				opts = append(opts, kgo.MaxVersions(kversion.V3_5_0()))
 			}
 			m := newManager(t, newClient(t, c, opts...), "offsets-"+name)
-			require.NoError(t, m.InitProducerID(ctx))
+			require.NoError(t, m.InitProducerID(ctx, nil))
 			require.Equal(t, !tv1, m.TV2())
 			meta := GroupMetadata{GroupID: group, MemberID: member, Generation: gen}
 
@@ -285,7 +291,7 @@ func TestSendOffsets(t *testing.T) {
 				require.NoError(t, m.Begin())
 				require.NoError(t, m.SendOffsets(ctx, map[string]map[int32]kgo.EpochOffset{topic: {0: {Epoch: -1, Offset: at}}}, meta))
 				if commit {
-					require.NoError(t, m.Commit(ctx, nil))
+					require.NoError(t, m.Commit(ctx, nil, nil))
 				} else {
 					require.NoError(t, m.Abort(ctx, nil))
 				}

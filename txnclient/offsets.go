@@ -45,12 +45,12 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 	const op = "add partitions to transaction"
 	m.mu.Lock()
 	if m.tv2 {
-		m.mu.Unlock()
+		m.unlock()
 		return nil
 	}
 	if m.state != StateInTransaction && m.state != StateCommitting {
 		err := m.stateErr(op)
-		m.mu.Unlock()
+		m.unlock()
 		return err
 	}
 	need := make(map[string][]int32)
@@ -62,7 +62,7 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 		}
 	}
 	deadline := m.deadline
-	m.mu.Unlock()
+	m.unlock()
 	if len(need) == 0 {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 		return m.Fail(op, err)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.txn.addedParts == nil {
 		m.txn.addedParts = make(map[string]map[int32]bool)
 	}
@@ -132,15 +132,21 @@ func firstPartitionError(r *kmsg.AddPartitionsToTxnResponse) int16 {
 // transaction. On TV2 brokers it sends TxnOffsetCommit straight to the group
 // coordinator, which adds __consumer_offsets to the transaction itself; on
 // TV1 brokers AddOffsetsToTxn goes to the transaction coordinator first. It
-// retries until ctx or the transaction deadline ends. A failure is recorded
-// with Fail and returned classified.
+// retries until ctx or the transaction deadline ends (a lost answer is
+// retried too: committing the same offsets again is harmless). A failure,
+// including ctx ending before it could start, is recorded with Fail (the
+// transaction must not commit without the offsets) and returned
+// classified.
 func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
 	const op = "send offsets to transaction"
 	if group.GroupID == "" {
 		return Usage(op, errors.New("empty group id"))
 	}
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	ctx, leave, err := m.enterDooming(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	deadline, tv2, err := m.openTxn(op)
 	if err != nil {
 		return err
@@ -174,7 +180,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 			m.txn.offsetGroups = make(map[string]bool)
 		}
 		m.txn.offsetGroups[group.GroupID] = true
-		m.mu.Unlock()
+		m.unlock()
 	}
 
 	names := make([]string, 0, len(offsets))
@@ -199,7 +205,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 
 func (m *Manager) groupAdded(group string) bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.txn.offsetGroups[group]
 }
 
@@ -232,7 +238,7 @@ func (m *Manager) txnOffsetCommit(ctx context.Context, offsets map[string]map[in
 	m.MarkSent()
 	kresp, err := m.cl.Broker(int(node)).Request(ctx, req)
 	if err != nil {
-		if isContextErr(err) {
+		if isContextErr(err) || errors.Is(err, kgo.ErrClientClosed) {
 			return permanent(err)
 		}
 		m.coords.Forget(GroupCoordinator, group.GroupID, node)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/kgoclient"
@@ -37,8 +38,16 @@ type memberKey struct {
 // (naming the broker and what it lacks) and changes nothing. Then it calls
 // acks.Tracker.Stage, if set: an error there (an expired acquisition lock,
 // say) fails the transaction with ErrAbortable, since committing it without
-// these acknowledgements would break exactly-once. After the transaction
-// ends, acks.Tracker.Resolve is called exactly once with its outcome.
+// these acknowledgements would break exactly-once. Any other failure
+// (including ctx ending, before or during the checks) fails the
+// transaction the same way.
+//
+// Once Tracker.Stage has accepted acks, Tracker.Resolve is called exactly
+// once: with true when the transaction is known to have committed, with
+// false when it aborted, when StageShareAcks itself fails afterwards, or
+// when the outcome can no longer be learned (Close, a fatal error). If
+// StageShareAcks fails before Tracker.Stage accepted acks, Resolve is
+// never called for them.
 //
 // The Manager keeps acks until then: do not modify it after the call.
 // Only ACCEPT, RELEASE and REJECT can be staged.
@@ -47,8 +56,11 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	if err := ValidateShareAcks(acks, meta); err != nil {
 		return Usage(op, err)
 	}
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	ctx, leave, err := m.enterDooming(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	deadline, _, err := m.openTxn(op)
 	if err != nil {
 		return err
@@ -94,9 +106,21 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 			return m.Fail(op, Abortable(op, err))
 		}
 	}
+	// A failure of the produce path may have ended the transaction since
+	// the check above (the state is checked again, and the acknowledgements
+	// appended, under the lock that failure takes): the tracker accepted
+	// them, so they are resolved at once.
 	m.mu.Lock()
+	if m.state != StateInTransaction {
+		err := m.stateErr(op)
+		m.unlock()
+		if acks.Tracker != nil {
+			acks.Tracker.Resolve(acks, false)
+		}
+		return err
+	}
 	m.txn.staged = append(m.txn.staged, stagedAcks{acks: acks, meta: meta})
-	m.mu.Unlock()
+	m.unlock()
 	return nil
 }
 
@@ -150,7 +174,7 @@ func dedupNodes(nodes []int32) []int32 {
 func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	m.mu.Lock()
 	staged := append([]stagedAcks(nil), m.txn.staged...)
-	m.mu.Unlock()
+	m.unlock()
 	pid, epoch := m.ProducerID()
 
 	groups := make(map[string]map[string]map[int32]bool)
@@ -301,7 +325,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.Sh
 		}
 		for _, res := range results {
 			if res.err != nil {
-				if isContextErr(res.err) {
+				if isContextErr(res.err) || errors.Is(res.err, kgo.ErrClientClosed) {
 					return struct{}{}, permanent(res.err)
 				}
 				fresh, retryErr = true, res.err
@@ -310,10 +334,14 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.Sh
 			for _, t := range res.req.Topics {
 				name := nameOf(meta, acks, t.TopicID)
 				for _, p := range t.Partitions {
-					code, msg := res.codeOf(t.TopicID, p.Partition)
+					code, msg, missing := res.codeOf(t.TopicID, p.Partition)
 					tp := wire.TopicPartition{Topic: name, Partition: p.Partition}
-					if code == 0 {
+					if code == 0 && !missing {
 						delete(pending, tp)
+						continue
+					}
+					if missing {
+						fresh, retryErr = true, fmt.Errorf("TxnShareAcknowledge for %s/%d at node %d: %w", name, p.Partition, res.node, errMissingPartition)
 						continue
 					}
 					perr := fmt.Errorf("TxnShareAcknowledge for %s/%d at node %d: %w%s",
@@ -373,12 +401,18 @@ type leaderResult struct {
 	err  error
 }
 
+// errMissingPartition is a partition that a TxnShareAcknowledge answer
+// left out.
+var errMissingPartition = errors.New("partition missing from the response")
+
 // codeOf returns the answer for one partition of the request: its own error
-// code, else the top-level one; a partition the response leaves out was not
-// staged and is retried.
-func (r *leaderResult) codeOf(id [16]byte, partition int32) (int16, *string) {
+// code, else the top-level one. missing reports a partition the response
+// leaves out: it was not staged and is retried at fresh metadata (the
+// leader accepts the retry of a staging it did apply, so resending is
+// safe).
+func (r *leaderResult) codeOf(id [16]byte, partition int32) (code int16, msg *string, missing bool) {
 	if r.resp.ErrorCode != 0 {
-		return r.resp.ErrorCode, nil
+		return r.resp.ErrorCode, nil, false
 	}
 	for _, t := range r.resp.Topics {
 		if t.TopicID != id {
@@ -386,12 +420,11 @@ func (r *leaderResult) codeOf(id [16]byte, partition int32) (int16, *string) {
 		}
 		for _, p := range t.Partitions {
 			if p.Partition == partition {
-				return p.ErrorCode, p.ErrorMessage
+				return p.ErrorCode, p.ErrorMessage, false
 			}
 		}
 	}
-	missing := "partition missing from the response"
-	return kerr.UnknownServerError.Code, &missing
+	return 0, nil, true
 }
 
 // sendToLeaders sends one request per leader concurrently and waits for

@@ -18,6 +18,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +56,9 @@ func run(args []string) error {
 	legacyMarkers := fs.Bool("legacy-marker-validation", false, "debug: check TV2 markers with the legacy rule (the gap KIP-1228 closes)")
 	staleCoord := fs.Duration("legacy-stale-coordinator", 0, "debug: after a coordinator move the old coordinator answers from its cache for this long (KAFKA-21181)")
 	lateMarkers := fs.Duration("late-marker-copies", 0, "debug: send every transaction marker once more after this delay")
+	cgSession := fs.Duration("consumer-session-timeout", 45*time.Second, "default session timeout of KIP-848 consumer groups")
+	oldNodes := fs.String("old-nodes", "", "comma-separated node ids that behave like brokers before KIP-1228: WriteTxnMarkers up to v1, every marker checked with the legacy rule (a cluster mid-upgrade)")
+	cgHeartbeat := fs.Duration("consumer-heartbeat-interval", 5*time.Second, "default heartbeat interval of KIP-848 consumer group members")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -67,6 +71,10 @@ func run(args []string) error {
 	}
 	if *port < 0 || *port+*nodes-1 > 65535 {
 		return fmt.Errorf("-port %d with %d nodes is out of range", *port, *nodes)
+	}
+	old, err := parseNodeIDs(*oldNodes)
+	if err != nil {
+		return fmt.Errorf("-old-nodes %q: %w", *oldNodes, err)
 	}
 	ports := make([]int, *nodes)
 	if *port != 0 {
@@ -97,6 +105,9 @@ func run(args []string) error {
 		broker.LegacyMarkerValidation(*legacyMarkers),
 		broker.LegacyStaleCoordinator(*staleCoord),
 		broker.LateMarkerCopies(*lateMarkers),
+		broker.ConsumerGroupSessionTimeout(*cgSession),
+		broker.ConsumerGroupHeartbeatInterval(*cgHeartbeat),
+		broker.OldNodes(old...),
 	)
 	if err != nil {
 		return err
@@ -109,4 +120,20 @@ func run(args []string) error {
 	<-ctx.Done()
 	logger.Info("signal received, stopping")
 	return nil
+}
+
+// parseNodeIDs parses a comma-separated list of node ids; "" is none.
+func parseNodeIDs(s string) ([]int32, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int32
+	for _, part := range strings.Split(s, ",") {
+		id, err := strconv.ParseInt(strings.TrimSpace(part), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a node id: %w", part, err)
+		}
+		out = append(out, int32(id))
+	}
+	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func buildBroker(t *testing.T) string {
@@ -24,28 +25,29 @@ func buildBroker(t *testing.T) string {
 	return bin
 }
 
-// startBroker builds and starts the command with args and returns it, its
-// stdout and its first line, the ready line.
-func startBroker(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *bufio.Scanner, string) {
+// startBroker starts the command with args and returns it, its stdout
+// after the ready line, and the bootstrap addresses the line names.
+func startBroker(ctx context.Context, t *testing.T, bin string, args ...string) (*exec.Cmd, *bufio.Scanner, []string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, buildBroker(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	lines := bufio.NewScanner(stdout)
 	require.True(t, lines.Scan(), "no ready line")
-	return cmd, lines, lines.Text()
+	ready := lines.Text()
+	require.True(t, strings.HasPrefix(ready, "kshare-broker ready bootstrap="), ready)
+	return cmd, lines, strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
 }
 
 // TestReadyLineServeAndStop starts the command as a process: it prints
 // exactly one ready line naming every node, serves Kafka clients, and exits
 // cleanly on SIGTERM.
 func TestReadyLineServeAndStop(t *testing.T) {
+	bin := buildBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd, lines, ready := startBroker(t, ctx, "-nodes", "3", "-port", "0", "-log-level", "warn")
-	require.True(t, strings.HasPrefix(ready, "kshare-broker ready bootstrap="), ready)
-	seeds := strings.Split(strings.TrimPrefix(ready, "kshare-broker ready bootstrap="), ",")
+	cmd, lines, seeds := startBroker(ctx, t, bin, "-nodes", "3", "-port", "0", "-log-level", "warn")
 	require.Len(t, seeds, 3)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation())
@@ -65,10 +67,12 @@ func TestBadFlagsFail(t *testing.T) {
 		{"-log-level", "loud"},
 		{"-port", "70000"},
 		{"-no-such-flag"},
+		{"-old-nodes", "x"},
 		{"-max-bytes", "-1"},
 		{"-read-timeout", "0s"},
 		{"-fetch-max-bytes", "4294967296"},
 		{"-max-connections", "-2"},
+		{"-nodes", "2", "-old-nodes", "2"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var exit *exec.ExitError
@@ -78,20 +82,46 @@ func TestBadFlagsFail(t *testing.T) {
 	}
 }
 
+// TestOldNodesFlag: -old-nodes makes the named node advertise
+// WriteTxnMarkers up to v1 only, the others v2.
+func TestOldNodesFlag(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, _, seeds := startBroker(ctx, t, bin, "-nodes", "2", "-old-nodes", "1", "-log-level", "warn")
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	require.Len(t, seeds, 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	for node, want := range []int16{2, 1} {
+		resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl.Broker(node))
+		require.NoError(t, err)
+		got := int16(-1)
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey == 27 {
+				got = k.MaxVersion
+			}
+		}
+		require.Equal(t, want, got, "node %d", node)
+	}
+}
+
 // TestMaxBytesFlagRefusesProduceAndKeepsReads: with -max-bytes the
 // process refuses records past its budget with POLICY_VIOLATION, which the
 // client does not retry, and keeps serving what it holds.
 func TestMaxBytesFlagRefusesProduceAndKeepsReads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd, _, ready := startBroker(t, ctx, "-port", "0", "-log-level", "error", "-max-bytes", "65536")
+	cmd, _, seeds := startBroker(ctx, t, buildBroker(t), "-port", "0", "-log-level", "error", "-max-bytes", "65536")
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	seed := strings.TrimPrefix(ready, "kshare-broker ready bootstrap=")
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("budget"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("budget"),
 		kgo.ConsumeTopics("budget"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	require.NoError(t, err)
 	defer cl.Close()

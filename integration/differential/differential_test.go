@@ -54,6 +54,11 @@ var scenarios = []scenario{
 	{"share_isolation", scenarioShareIsolation},
 	{"share_record_locks", scenarioShareRecordLocks},
 	{"share_acknowledgements", scenarioShareAcknowledgements},
+	{"share_offsets_admin", scenarioShareOffsetsAdmin},
+	{"produce_message_size", scenarioProduceMessageSize},
+	{"consumer_heartbeat", scenarioConsumerHeartbeat},
+	{"consumer_offsets", scenarioConsumerOffsets},
+	{"consumer_group_types", scenarioConsumerGroupTypes},
 }
 
 func TestMain(m *testing.M) {

@@ -160,6 +160,25 @@ func (tg *target) retry(ctx context.Context, what string, op func() error) {
 	}
 }
 
+// eventually asks get until done accepts its answer, for at most ten
+// seconds, and returns the last answer: where the real Kafka settles
+// asynchronously, a transcript records what it settled on, or what it
+// still said when the wait ended.
+func (tg *target) eventually(ctx context.Context, get func() string, done func(string) bool) string {
+	tg.t.Helper()
+	var got string
+	for i := 0; i < 50; i++ {
+		if got = get(); done(got) || ctx.Err() != nil {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return got
+}
+
 // errName names an error code as Kafka does ("OK" for none).
 func errName(code int16) string {
 	if code == 0 {

@@ -133,6 +133,12 @@ func scenarioShareHeartbeat(ctx context.Context, tg *target, tr *transcript) {
 // given, and returns the response.
 func (tg *target) shareFetch(ctx context.Context, group, member string, sessionEpoch int32, topicID [16]byte, acks []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch) *kmsg.ShareFetchResponse {
 	tg.t.Helper()
+	return tg.shareFetchPartition(ctx, group, member, sessionEpoch, topicID, 0, acks)
+}
+
+// shareFetchPartition is shareFetch for another partition.
+func (tg *target) shareFetchPartition(ctx context.Context, group, member string, sessionEpoch int32, topicID [16]byte, partition int32, acks []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch) *kmsg.ShareFetchResponse {
+	tg.t.Helper()
 	req := kmsg.NewPtrShareFetchRequest()
 	req.GroupID, req.MemberID = &group, &member
 	req.ShareSessionEpoch = sessionEpoch
@@ -141,7 +147,7 @@ func (tg *target) shareFetch(ctx context.Context, group, member string, sessionE
 	rt := kmsg.NewShareFetchRequestTopic()
 	rt.TopicID = topicID
 	rp := kmsg.NewShareFetchRequestTopicPartition()
-	rp.Partition, rp.PartitionMaxBytes = 0, 1<<20
+	rp.Partition, rp.PartitionMaxBytes = partition, 1<<20
 	rp.AcknowledgementBatches = acks
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)

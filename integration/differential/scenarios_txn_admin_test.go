@@ -12,17 +12,26 @@ import (
 )
 
 // txnOffsetCommit commits offset for topic/0 in group inside a
-// transaction and returns the partition's answer.
+// transaction, without member or generation, and returns the partition's
+// answer.
 func (tg *target) txnOffsetCommit(ctx context.Context, version int16, txnID, group string, pid int64, epoch int16, topic string, offset int64) string {
+	tg.t.Helper()
+	return tg.txnOffsetCommitAs(ctx, version, txnID, pid, epoch, group, "", -1, topic, 0, offset)
+}
+
+// txnOffsetCommitAs commits offset for topic/partition in group inside a
+// transaction as member at generation (a consumer group's member epoch)
+// and returns the partition's answer.
+func (tg *target) txnOffsetCommitAs(ctx context.Context, version int16, txnID string, pid int64, pepoch int16, group, member string, generation int32, topic string, partition int32, offset int64) string {
 	tg.t.Helper()
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group = txnID, group
-	req.ProducerID, req.ProducerEpoch = pid, epoch
-	req.Generation, req.MemberID = -1, ""
+	req.ProducerID, req.ProducerEpoch = pid, pepoch
+	req.Generation, req.MemberID = generation, member
 	rt := kmsg.NewTxnOffsetCommitRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-	rp.Partition, rp.Offset, rp.LeaderEpoch = 0, offset, -1
+	rp.Partition, rp.Offset, rp.LeaderEpoch = partition, offset, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp := tg.send(ctx, version, req).(*kmsg.TxnOffsetCommitResponse)

@@ -2,7 +2,7 @@
 # Builds (when the jar is missing or older than its sources) and runs the Java
 # reference-client checks against a broker:
 #
-#   integration/java/run.sh BOOTSTRAP [--timeout-seconds N] [features|txn|share ...]
+#   integration/java/run.sh BOOTSTRAP [--timeout-seconds N] [features|txn|share|ctp ...]
 #
 # Exit status: 0 all scenarios passed, 1 a scenario failed (or the build did),
 # 2 bad usage. The built runner is target/kshare-javaclients.jar; tests find it
@@ -23,7 +23,7 @@ if [[ -n "${KSHARE_KAFKA_VERSION:-}" ]]; then
 fi
 
 if [[ $# -lt 1 ]]; then
-	echo "usage: run.sh BOOTSTRAP [--timeout-seconds N] [features|txn|share ...]" >&2
+	echo "usage: run.sh BOOTSTRAP [--timeout-seconds N] [features|txn|share|ctp ...]" >&2
 	exit 2
 fi
 

@@ -136,8 +136,12 @@ node_dir_for() {
 # A pid from an old pid file may since belong to another program; only a
 # live kafka.Kafka process counts.
 pid_alive() {
-	[[ -n "$1" ]] && kill -0 "$1" 2>/dev/null &&
-		tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka'
+	[[ -n "$1" ]] && kill -0 "$1" 2>/dev/null || return 1
+	# Read the whole command line first: a pipe into grep -q could fail under
+	# pipefail when grep stops early and the writer gets SIGPIPE.
+	local cmdline
+	cmdline="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 1
+	[[ "$cmdline" == *kafka.Kafka* ]]
 }
 
 read_pid() {
@@ -261,7 +265,7 @@ format_node() {
 # nothing when it was not formatted yet.
 cluster_id_of() {
 	[[ -f "$1/data/meta.properties" ]] || return 0
-	sed -n 's/^cluster\.id=//p' "$1/data/meta.properties" | head -n 1
+	sed -n '/^cluster\.id=/{s///p;q;}' "$1/data/meta.properties"
 }
 
 # launch_node DIR LIB starts the node in DIR in the background and records

@@ -108,7 +108,8 @@ func missing(t testing.TB, err error, ciHint string) {
 
 // RunJavaClients runs the Java reference-client checks of the jar at runner
 // against the broker at bootstrap (only the named scenarios, all of them when
-// none is named: "features", "txn", "share") and returns the runner's output.
+// none is named: "features", "txn", "share", "ctp") and returns the runner's
+// output.
 // It fails the test, showing that output, when java cannot start, a scenario
 // fails, or ctx ends first.
 func RunJavaClients(ctx context.Context, t testing.TB, runner, bootstrap string, scenarios ...string) string {

@@ -182,7 +182,7 @@ func TestJavaClientsAgainstRealKafka(t *testing.T) {
 	defer cancel()
 
 	out := kafkatest.RunJavaClients(ctx, t, runner, strings.Join(seeds, ","))
-	for _, scenario := range []string{"features", "txn", "share"} {
+	for _, scenario := range []string{"features", "txn", "share", "ctp"} {
 		if !strings.Contains(out, "PASS "+scenario+":") {
 			t.Errorf("scenario %s did not report PASS:\n%s", scenario, out)
 		}

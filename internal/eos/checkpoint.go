@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // CheckpointConfig describes one run of the checkpointing pipeline: a
@@ -24,7 +21,10 @@ type CheckpointConfig struct {
 
 	InputPartitions int32
 	Records         int
-	Readers         int
+	// RejectEvery makes every RejectEvery-th input record poison, which
+	// the readers must reject (0: none); see Config.RejectEvery.
+	RejectEvery int
+	Readers     int
 	// Interval is how often the checkpoint coordinator triggers a
 	// checkpoint (default 100ms).
 	Interval time.Duration
@@ -58,20 +58,11 @@ type CheckpointConfig struct {
 	// MaxDuration bounds the run; past it the run stops and reports what
 	// it has (default 10 minutes).
 	MaxDuration time.Duration
-	Logger      *slog.Logger
-	// Progress, if set, is called about once a second.
-	Progress func(CheckpointProgress)
-}
-
-// CheckpointProgress is the state of a checkpoint run, reported once a
-// second.
-type CheckpointProgress struct {
-	Elapsed      time.Duration
-	Acknowledged int64 // input records whose share state is final
-	Inputs       int
-	Committed    int64 // outputs in the committed sink
-	Completed    int64 // checkpoints completed
-	Failed       int64 // checkpoints failed
+	// Logger receives the run's log lines (default: discard).
+	Logger *slog.Logger
+	// Progress, if set, is called about once a second; its Committed and
+	// Aborted count checkpoints completed and failed.
+	Progress func(Progress)
 }
 
 func (c *CheckpointConfig) defaults() {
@@ -109,6 +100,8 @@ func (c *CheckpointConfig) validate() error {
 		return errors.New("input topic and group are required")
 	case c.Records <= 0:
 		return fmt.Errorf("records %d is not positive", c.Records)
+	case c.RejectEvery < 0 || c.RejectEvery == 1:
+		return fmt.Errorf("RejectEvery %d: must be 0 (none) or at least 2", c.RejectEvery)
 	case c.LongEvery < 0 || c.FailEvery < 0 || c.SlowSnapshots < 0:
 		return errors.New("LongEvery, FailEvery and SlowSnapshots must not be negative")
 	case c.FailEvery == 1:
@@ -118,164 +111,77 @@ func (c *CheckpointConfig) validate() error {
 }
 
 // RunCheckpoint sets up the input topic and the group, writes the input,
-// runs the checkpointing pipeline until every input record is acknowledged
-// (or MaxDuration or ctx ends), and checks the committed sink: every input
-// id in it exactly once. An error means the run could not be carried out
-// (bad config, cluster unreachable, a reader fenced or unable to end a
-// transaction); a run that breaks exactly-once returns a summary whose OK
-// is false.
-func RunCheckpoint(ctx context.Context, cfg CheckpointConfig) (CheckpointSummary, error) {
+// runs cfg.Readers source readers made by newReader under a checkpoint
+// coordinator until every input record is acknowledged, and checks the
+// committed sink: every input id in it exactly once.
+//
+// As with Run, a run that ctx or MaxDuration stops early still reports
+// (StoppedBy, verdict INCOMPLETE unless it found a violation), and an
+// error means the run could not be carried out: a bad config, a cluster
+// that refused the setup, a reader that could not start, or a reader
+// method that failed with an error other than txnclient.ErrAbortable (a
+// fenced acknowledger, a cluster without KIP-1289). The run is then
+// stopped at once and not checked.
+func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReader) (CheckpointSummary, error) {
 	cfg.defaults()
 	if err := cfg.validate(); err != nil {
 		return CheckpointSummary{}, fmt.Errorf("checkpoint config: %w", err)
 	}
-	log := cfg.Logger
-	admin, err := kgo.NewClient(kgo.SeedBrokers(cfg.Seeds...))
+	admin, in, err := prepare(ctx, cfg.Seeds, groupSetup{
+		topics:        []string{cfg.Input},
+		partitions:    cfg.InputPartitions,
+		group:         cfg.Group,
+		lockDuration:  cfg.LockDuration,
+		deliveryLimit: cfg.DeliveryLimit,
+	}, cfg.Input, cfg.Records, cfg.RejectEvery, cfg.Logger)
 	if err != nil {
-		return CheckpointSummary{}, fmt.Errorf("admin client: %w", err)
+		return CheckpointSummary{}, err
 	}
 	defer admin.Close()
-	if err := setupCheckpoint(ctx, admin, cfg); err != nil {
-		return CheckpointSummary{}, err
-	}
-	log.Info("writing input", "records", cfg.Records, "topic", cfg.Input)
-	if err := WriteInput(ctx, cfg.Seeds, cfg.Input, cfg.Records, log); err != nil {
-		return CheckpointSummary{}, err
-	}
-	ends, err := inputEnds(ctx, admin, cfg.Input)
-	if err != nil {
-		return CheckpointSummary{}, err
-	}
+	adm := kadm.NewClient(admin)
 
-	runCtx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
-	defer cancel()
+	run := newRunScope(ctx, cfg.MaxDuration)
 	stats := &checkpointStats{}
 	sink := newCommittedSink(cfg.Records)
 	results := make(chan snapshotResult)
-	readers := make([]*checkpointReader, cfg.Readers)
-	for i := range readers {
-		readers[i] = newCheckpointReader(i, cfg, stats, sink, results)
+	tasks := make([]*readerTask, cfg.Readers)
+	for i := range tasks {
+		tasks[i] = newReaderTask(i, cfg, stats, sink, results)
 	}
-	coord := &checkpointCoordinator{cfg: cfg, readers: readers, stats: stats, results: results}
-
-	var (
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		runError error
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { runError = err })
-		cancel()
-	}
-	start := time.Now()
-	for _, r := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.run(runCtx); err != nil {
-				fail(fmt.Errorf("reader %d: %w", r.index, err))
+	coord := &checkpointCoordinator{cfg: cfg, readers: tasks, stats: stats, results: results}
+	for _, t := range tasks {
+		run.spawn(func(ctx context.Context) {
+			if err := t.run(ctx, newReader); err != nil {
+				run.fail(fmt.Errorf("reader %d: %w", t.index, err))
 			}
-		}()
+		})
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		coord.run(runCtx)
-	}()
-	lastReport := time.Now()
-	acked, waitErr := waitInputAcknowledged(runCtx, kadm.NewClient(admin), cfg.Group, cfg.Input, ends, cfg.Records, log, func(acked int64) {
-		if cfg.Progress == nil || time.Since(lastReport) < time.Second {
-			return
-		}
-		lastReport = time.Now()
-		cfg.Progress(CheckpointProgress{
-			Elapsed:      time.Since(start),
-			Acknowledged: acked,
-			Inputs:       cfg.Records,
-			Committed:    sink.total(),
-			Completed:    stats.completed.Load(),
-			Failed:       stats.failedOnPurpose.Load() + stats.declined.Load(),
+	run.spawn(coord.run)
+	w := &watcher{
+		adm: adm, group: cfg.Group, in: in, stats: &stats.runStats, log: cfg.Logger, progress: cfg.Progress,
+		labels:  [3]string{"checkpoints", "completed", "failed"},
+		outputs: sink.total,
+		counts: func() (int64, int64) {
+			return stats.completed.Load(), stats.failedOnPurpose.Load() + stats.declined.Load()
+		},
+		idle: func() string {
+			if stats.polled.Load() == 0 {
+				return fmt.Sprintf("no record delivered yet; %d readers are joining the share group or waiting for an assignment", len(tasks))
+			}
+			return fmt.Sprintf("no injected fault explains it; %d readers waiting for records or checkpoints", len(tasks))
+		},
+	}
+	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))
+	if err != nil {
+		return CheckpointSummary{}, err
+	}
+	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
+		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(_ context.Context, start map[int32]int64) (Check, error) {
+			return sink.check(in, start, stats.archivedValues()), nil
 		})
 	})
-	cancel()
-	wg.Wait()
-	elapsed := time.Since(start)
-	if runError != nil {
-		return CheckpointSummary{}, runError
-	}
-	if waitErr != nil && !errors.Is(waitErr, context.DeadlineExceeded) {
-		return CheckpointSummary{}, waitErr
-	}
-	return stats.summary(cfg, sink.check(cfg.Records, stats.archivedIDs()), int64(cfg.Records)-acked, elapsed), nil
-}
-
-// setupCheckpoint creates the input topic and sets the group's configs:
-// earliest reset, so records written before the group existed are
-// delivered, the lock duration and the delivery limit.
-func setupCheckpoint(ctx context.Context, cl *kgo.Client, cfg CheckpointConfig) error {
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, cfg.InputPartitions, 1, nil, cfg.Input)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerrTopicExists) {
-		return fmt.Errorf("create topic %s: %w", cfg.Input, err)
-	}
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	res.ResourceName = cfg.Group
-	for _, kv := range [][2]string{
-		{"share.auto.offset.reset", "earliest"},
-		{"share.record.lock.duration.ms", fmt.Sprint(cfg.LockDuration.Milliseconds())},
-		{"share.delivery.count.limit", fmt.Sprint(cfg.DeliveryLimit)},
-	} {
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name, c.Value = kv[0], kmsg.StringPtr(kv[1])
-		res.Configs = append(res.Configs, c)
-	}
-	req.Resources = append(req.Resources, res)
-	alterResp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("group configs of %s: %w", cfg.Group, err)
+		return CheckpointSummary{}, err
 	}
-	for _, r := range alterResp.Resources {
-		if err := kerrFor(r.ErrorCode, r.ErrorMessage); err != nil {
-			return fmt.Errorf("group configs of %s (lock duration %v, delivery limit %d): %w",
-				cfg.Group, cfg.LockDuration, cfg.DeliveryLimit, err)
-		}
-	}
-	return nil
-}
-
-// waitInputAcknowledged polls the group's share-partition start offsets of
-// topic every 250ms until they reach ends (every input record acknowledged
-// or archived), calling tick with the count after each poll. It returns
-// how many records are acknowledged, with ctx's error if ctx ended first.
-func waitInputAcknowledged(ctx context.Context, adm *kadm.Client, group, topic string, ends map[int32]int64, total int, log *slog.Logger, tick func(int64)) (int64, error) {
-	ticker := time.NewTicker(250 * time.Millisecond)
-	defer ticker.Stop()
-	var acked int64
-	for {
-		described, err := adm.DescribeShareGroupOffsets(ctx, group)
-		if err == nil {
-			acked = 0
-			d := described[group]
-			for p, end := range ends {
-				if o, ok := d.Offsets.Lookup(topic, p); ok && o.Err == nil && o.StartOffset >= 0 {
-					acked += min(o.StartOffset, end)
-				}
-			}
-			if acked >= int64(total) {
-				return acked, nil
-			}
-		} else if ctx.Err() == nil {
-			log.Debug("describing share-group offsets", "err", err)
-		}
-		tick(acked)
-		select {
-		case <-ctx.Done():
-			return acked, ctx.Err()
-		case <-ticker.C:
-		}
-	}
+	return stats.summary(cfg, result), nil
 }

@@ -2,8 +2,16 @@ package eos
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
+)
+
+// The names of the checkpoint faults, as the reports count them and the
+// logs name them.
+const (
+	faultSlowSnapshot   = "slow_snapshot"
+	faultFailCheckpoint = "failed_checkpoint"
 )
 
 // The checkpoint coordinator works like a stream processor's: every
@@ -33,6 +41,9 @@ type readerMsg struct {
 	// stall asks the reader to stall past its locks before snapshotting
 	// (a fault: its staging then fails and it declines).
 	stall bool
+	// onPurpose marks an abort of a checkpoint failed on purpose (a
+	// fault), not declined by a reader.
+	onPurpose bool
 }
 
 // snapshotResult is a reader's answer to a barrier.
@@ -99,7 +110,7 @@ type inFlight struct {
 // LongEvery-th).
 type checkpointCoordinator struct {
 	cfg     CheckpointConfig
-	readers []*checkpointReader
+	readers []*readerTask
 	stats   *checkpointStats
 	results <-chan snapshotResult
 
@@ -145,7 +156,11 @@ func (c *checkpointCoordinator) run(ctx context.Context) {
 // when a slow snapshot is due.
 func (c *checkpointCoordinator) trigger(id int64, now time.Time) *inFlight {
 	stallReader := -1
-	if c.stallsFired < c.cfg.SlowSnapshots && !c.stallAsked && c.seq >= c.nextStallAfter {
+	// Stalls start once a reader has committed: until the pipeline has
+	// shown that it works at all, a stall would only delay learning why
+	// it does not (a cluster without KIP-1289 fails the first commit).
+	started := c.stats.committed.Load() > 0
+	if started && c.stallsFired < c.cfg.SlowSnapshots && !c.stallAsked && c.seq >= c.nextStallAfter {
 		// A reader with nothing to snapshot does not stall; asking
 		// each in turn finds one that has records.
 		c.stallAsked = true
@@ -193,6 +208,7 @@ func (c *checkpointCoordinator) decideReady(queue []*inFlight, now time.Time) []
 				f.seq = c.seq
 				if c.cfg.LongEvery > 0 && f.seq >= 2 && (f.seq-2)%c.cfg.LongEvery == 0 {
 					f.due = f.triggered.Add(c.cfg.LockDuration * 3 / 2)
+					c.stats.waits.add(fmt.Sprintf("checkpoint %d, held past the lock duration on purpose", f.id), f.records, f.due)
 				}
 			}
 		}
@@ -200,16 +216,17 @@ func (c *checkpointCoordinator) decideReady(queue []*inFlight, now time.Time) []
 			break
 		}
 		queue = queue[1:]
-		kind := msgComplete
+		kind, onPurpose := msgComplete, false
 		switch {
 		case f.declined != nil:
 			kind = msgAbort
 			c.stats.declined.Add(1)
 			c.cfg.Logger.Info("checkpoint declined by a reader", "checkpoint", f.id, "err", f.declined)
 		case f.seq > 0 && c.cfg.FailEvery > 0 && (f.seq-1)%c.cfg.FailEvery == 0:
-			kind = msgAbort
+			kind, onPurpose = msgAbort, true
 			c.stats.failedOnPurpose.Add(1)
-			c.cfg.Logger.Info("fault: failing a checkpoint", "checkpoint", f.id, "records", f.records)
+			c.stats.fault(faultFailCheckpoint)
+			c.cfg.Logger.Info("fault "+faultFailCheckpoint+": failing a checkpoint on purpose", "checkpoint", f.id, "records", f.records)
 		default:
 			c.stats.completed.Add(1)
 			if f.records > 0 {
@@ -220,7 +237,7 @@ func (c *checkpointCoordinator) decideReady(queue []*inFlight, now time.Time) []
 			}
 		}
 		for _, r := range c.readers {
-			r.box.push(readerMsg{kind: kind, id: f.id})
+			r.box.push(readerMsg{kind: kind, id: f.id, onPurpose: onPurpose})
 		}
 	}
 	return queue

@@ -10,40 +10,41 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestCommittedSinkCheckFindsDuplicatesMissingAndUnknown(t *testing.T) {
+func TestSinkCheckFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	sink := newCommittedSink(10)
-	sink.commit([]string{ID(0), ID(1), ID(2), ID(5), ID(6)})
-	sink.commit([]string{ID(5), ID(8), ID(9), "not-an-id"})
+	sink.Commit([]string{ID(0), ID(1), ID(2), ID(5), ID(6)})
+	sink.Commit([]string{ID(5), ID(8), ID(9), "not-an-id"})
 	require.Equal(t, int64(9), sink.total())
 
-	check := sink.check(10, map[string]bool{ID(7): true})
-	require.False(t, check.OK())
+	in := testInput(10, 0)
+	check := sink.check(in, allAcknowledged(in), map[string]Archive{ID(7): ArchivedByFailure})
 	require.Equal(t, 10, check.Inputs)
 	require.Equal(t, 9, check.Outputs)
 	require.Equal(t, 1, check.Duplicates)
 	require.Equal(t, []string{ID(5)}, check.DuplicateSample)
 	require.Equal(t, 2, check.Missing)
 	require.Equal(t, []string{ID(3) + ".." + ID(4)}, check.MissingSample)
-	require.Equal(t, 1, check.Archived, "a missing id known to be archived is reported as such")
+	require.Equal(t, 1, check.ArchivedByFailure, "a missing id known to be archived is reported as such")
 	require.Equal(t, 1, check.Unknown)
 
-	sum := CheckpointSummary{Check: check}
-	require.Equal(t, "exactly-once: FAILED (1 duplicates, 2 missing, 1 unknown)", sum.Verdict())
+	sum := CheckpointSummary{Result: NewResult(check, "", time.Second)}
+	require.Equal(t, "exactly-once: FAILED (1 duplicates, 2 missing, 1 archived at the delivery limit after failures, 1 unknown outputs)", sum.Line())
 	var table strings.Builder
 	require.NoError(t, sum.WriteTable(&table))
-	require.True(t, strings.HasSuffix(table.String(), sum.Verdict()+"\n"), table.String())
+	require.True(t, strings.HasSuffix(table.String(), sum.Line()+"\n"), table.String())
 	require.Contains(t, table.String(), "missing (sample)")
 }
 
-func TestCommittedSinkCheckOKAndUnacknowledged(t *testing.T) {
+func TestSinkCheckOKAndUnacknowledged(t *testing.T) {
 	sink := newCommittedSink(3)
-	sink.commit([]string{ID(2), ID(0), ID(1)})
-	sum := CheckpointSummary{Check: sink.check(3, nil)}
-	require.True(t, sum.OK())
-	require.Equal(t, "exactly-once: OK", sum.Verdict())
-	sum.Unacknowledged = 2
-	require.False(t, sum.OK())
-	require.Equal(t, "exactly-once: FAILED (2 inputs not acknowledged)", sum.Verdict())
+	sink.Commit([]string{ID(2), ID(0), ID(1)})
+	in := testInput(3, 0)
+	sum := CheckpointSummary{Result: NewResult(sink.check(in, allAcknowledged(in), nil), "", time.Second)}
+	require.True(t, sum.OK)
+	require.Equal(t, "exactly-once: OK", sum.Line())
+	sum = CheckpointSummary{Result: NewResult(sink.check(in, map[int32]int64{0: 1}, nil), "", time.Second)}
+	require.False(t, sum.OK)
+	require.Equal(t, "exactly-once: FAILED (2 inputs not acknowledged)", sum.Line())
 }
 
 func TestRunCheckpointRejectsBadConfig(t *testing.T) {
@@ -55,18 +56,19 @@ func TestRunCheckpointRejectsBadConfig(t *testing.T) {
 		"no records":        func(c *CheckpointConfig) { c.Records = 0 },
 		"negative schedule": func(c *CheckpointConfig) { c.LongEvery = -1 },
 		"fail every one":    func(c *CheckpointConfig) { c.FailEvery = 1 },
+		"reject every one":  func(c *CheckpointConfig) { c.RejectEvery = 1 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := valid
 			mutate(&cfg)
-			_, err := RunCheckpoint(ctx, cfg)
+			_, err := RunCheckpoint(ctx, cfg, nil)
 			require.ErrorContains(t, err, "checkpoint config")
 		})
 	}
 }
 
 // drainKinds returns the kinds and ids of the messages in a reader's inbox.
-func drainKinds(r *checkpointReader) []readerMsg {
+func drainKinds(r *readerTask) []readerMsg {
 	var out []readerMsg
 	for _, m := range r.box.drain() {
 		out = append(out, readerMsg{kind: m.kind, id: m.id})
@@ -79,9 +81,9 @@ func TestCheckpointCoordinatorDecidesInOrder(t *testing.T) {
 	cfg := CheckpointConfig{FailEvery: 3, LongEvery: 2, LockDuration: lock}
 	cfg.defaults()
 	stats := &checkpointStats{}
-	readers := []*checkpointReader{
-		newCheckpointReader(0, cfg, stats, nil, nil),
-		newCheckpointReader(1, cfg, stats, nil, nil),
+	readers := []*readerTask{
+		newReaderTask(0, cfg, stats, nil, nil),
+		newReaderTask(1, cfg, stats, nil, nil),
 	}
 	c := &checkpointCoordinator{cfg: cfg, readers: readers, stats: stats}
 	t0 := time.Now()
@@ -136,9 +138,9 @@ func TestCheckpointCoordinatorAsksReadersInTurnToStall(t *testing.T) {
 	cfg := CheckpointConfig{SlowSnapshots: 1}
 	cfg.defaults()
 	stats := &checkpointStats{}
-	readers := []*checkpointReader{
-		newCheckpointReader(0, cfg, stats, nil, nil),
-		newCheckpointReader(1, cfg, stats, nil, nil),
+	readers := []*readerTask{
+		newReaderTask(0, cfg, stats, nil, nil),
+		newReaderTask(1, cfg, stats, nil, nil),
 	}
 	c := &checkpointCoordinator{cfg: cfg, readers: readers, stats: stats}
 	stalls := func() []bool {
@@ -150,6 +152,9 @@ func TestCheckpointCoordinatorAsksReadersInTurnToStall(t *testing.T) {
 		}
 		return out
 	}
+	c.trigger(0, time.Now())
+	require.Equal(t, []bool{false, false}, stalls(), "no stall before a reader has committed")
+	stats.committed.Add(1)
 	queue := []*inFlight{c.trigger(1, time.Now())}
 	require.Equal(t, []bool{true, false}, stalls(), "reader 0 is asked first")
 	queue = append(queue, c.trigger(2, time.Now()))

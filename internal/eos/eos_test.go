@@ -27,23 +27,76 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	_, err = kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, "out")
 	require.NoError(t, err)
 
+	// The input written to "out" is its own output: exactly once.
 	const n = 500
-	require.NoError(t, WriteInput(ctx, seeds, "out", n, slog.New(slog.DiscardHandler)))
-	check, err := ReadCommitted(ctx, seeds, "out", n, nil)
+	in, err := WriteInput(ctx, seeds, "out", n, 0, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	require.True(t, check.OK(), check.String())
+	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, VerdictOK, NewResult(check, "", time.Second).Verdict)
 	require.Equal(t, n, check.Outputs)
+	require.Equal(t, n, check.Acknowledged)
+	require.Nil(t, check.DuplicatesByPartition)
+	require.Nil(t, check.MissingByPartition)
 
-	require.NoError(t, cl.ProduceSync(ctx,
-		&kgo.Record{Topic: "out", Value: []byte(ID(7))},
+	// The extra copy carries the id as its key, as a pipeline's output
+	// does, so it lands in the partition of the first copy.
+	produced := cl.ProduceSync(ctx,
+		&kgo.Record{Topic: "out", Key: []byte(ID(7)), Value: []byte(ID(7))},
 		&kgo.Record{Topic: "out", Value: []byte("not-an-id")},
-	).FirstErr())
-	check, err = ReadCommitted(ctx, seeds, "out", n+3, map[string]bool{ID(n + 2): true})
+	)
+	require.NoError(t, produced.FirstErr())
+	bigger := testInput(n+3, 0)
+	check, err = ReadCommitted(ctx, seeds, "out", bigger, allAcknowledged(bigger), map[string]Archive{ID(n + 2): ArchivedByFailure}, time.Second)
 	require.NoError(t, err)
-	require.False(t, check.OK())
 	require.Equal(t, 1, check.Duplicates)
 	require.Equal(t, []string{ID(7)}, check.DuplicateSample)
+	var copyPartition int32 = -1
+	for _, r := range produced { // results arrive in completion order
+		if string(r.Record.Value) == ID(7) {
+			copyPartition = r.Record.Partition
+		}
+	}
+	require.Equal(t, map[int32]int{copyPartition: 2}, check.DuplicatesByPartition,
+		"both copies are attributed to the partition holding them")
 	require.Equal(t, 2, check.Missing)
-	require.Equal(t, 1, check.Archived, "a missing id known to be archived is reported as such")
+	missing := 0
+	for p, n := range check.MissingByPartition {
+		require.True(t, p >= 0 && p < 3, "partition %d", p)
+		missing += n
+	}
+	require.Equal(t, 2, missing, "each missing id is counted at the partition its key hashes to")
+	require.Equal(t, 1, check.ArchivedByFailure, "a missing id known to be archived is reported as such")
 	require.Equal(t, 1, check.Unknown)
+	require.Equal(t, VerdictFailed, NewResult(check, "", time.Second).Verdict)
+}
+
+// TestReadCommittedWaitsForOpenTransactions: a transaction left open hides
+// what was committed after it from a read_committed reader; the verifier
+// waits for it to end instead of reporting those outputs missing, and
+// fails, naming the partition, if it never does.
+func TestReadCommittedWaitsForOpenTransactions(t *testing.T) {
+	c, err := broker.NewCluster(broker.Nodes(1))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seeds := c.Bootstrap()
+	txn, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID("open"), kgo.DefaultProduceTopic("out"), kgo.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	defer txn.Close()
+	require.NoError(t, txn.BeginTransaction())
+	require.NoError(t, txn.ProduceSync(ctx, &kgo.Record{Value: []byte(ID(0))}).FirstErr())
+
+	in := testInput(1, 0)
+	_, err = ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, 300*time.Millisecond)
+	require.ErrorContains(t, err, "still has an open transaction")
+
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = txn.EndTransaction(context.Background(), kgo.TryCommit)
+	}()
+	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 1, check.Outputs, "the output committed after the wait is seen")
 }

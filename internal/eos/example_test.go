@@ -1,50 +1,32 @@
 package eos_test
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/eos"
 )
 
-// Run a consume-transform-produce pipeline on a bundled cluster, with
-// workers killed mid-transaction, and check that it stayed exactly-once.
-// It needs a minute or so, so it is compiled but not run by go test.
-func Example() {
-	c, err := broker.NewCluster(broker.Nodes(3))
-	if err != nil {
-		fmt.Println(err)
-		return
+// NewResult judges what the verification found: a violation fails the
+// run, a run stopped early without one is incomplete, and only a run that
+// output and acknowledged every input is OK. Each verdict has its exit
+// code.
+func ExampleNewResult() {
+	for _, c := range []struct {
+		check     eos.Check
+		stoppedBy string
+	}{
+		{check: eos.Check{Inputs: 100, Outputs: 100, Acknowledged: 100}},
+		{check: eos.Check{Inputs: 100, Outputs: 101, Acknowledged: 100, Duplicates: 1}},
+		{check: eos.Check{Inputs: 100, Acknowledged: 100, ArchivedByFailure: 100}},
+		{check: eos.Check{Inputs: 100, Outputs: 40, Processed: 40, Acknowledged: 30, Unacknowledged: 70}, stoppedBy: "Ctrl-C (SIGINT)"},
+	} {
+		r := eos.NewResult(c.check, c.stoppedBy, 2*time.Second)
+		fmt.Println(r.ExitCode(), r.Line())
 	}
-	defer c.Close()
-	sum, err := eos.Run(context.Background(), eos.Config{
-		Seeds:       c.Bootstrap(),
-		Input:       "in",
-		Output:      "out",
-		Group:       "ctp",
-		Records:     10_000,
-		Faults:      eos.Faults{KillWorker: true, Interval: 200 * time.Millisecond},
-		MaxDuration: 2 * time.Minute,
-	})
-	if err != nil {
-		fmt.Println("the run could not be carried out:", err)
-		return
-	}
-	if err := sum.WriteTable(os.Stdout); err != nil {
-		fmt.Println(err)
-	}
-}
-
-// Verdict says whether the run was exactly-once and, if not, why.
-func ExampleSummary_Verdict() {
-	sum := eos.Summary{Check: eos.Check{Inputs: 100, Outputs: 101, Duplicates: 1}}
-	fmt.Println(sum.Verdict())
-	sum = eos.Summary{Check: eos.Check{Inputs: 100, Outputs: 100}}
-	fmt.Println(sum.Verdict())
 	// Output:
-	// exactly-once: FAILED (1 duplicates, 0 missing, 0 unknown)
-	// exactly-once: OK
+	// 0 exactly-once: OK
+	// 1 exactly-once: FAILED (1 duplicates)
+	// 1 exactly-once: FAILED (nothing was written, 100 archived at the delivery limit after failures)
+	// 3 exactly-once: INCOMPLETE (stopped by Ctrl-C (SIGINT) after 2.0s: 40 of 100 inputs processed, none lost or duplicated so far)
 }

@@ -19,7 +19,8 @@ type fault struct {
 
 // injectFaults fires the enabled faults in turn, one every Interval, each at
 // most its bound, until ctx ends.
-func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerPool, stats *runStats) {
+func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerPool) {
+	stats := pool.stats
 	var faults []*fault
 	add := func(times int, fire func()) { faults = append(faults, &fault{left: times, fire: fire}) }
 	max := cfg.Faults.MaxPerKind
@@ -31,9 +32,9 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	}
 	if cfg.Faults.Zombie {
 		add(max, func() {
-			s := pool.slots[rand.IntN(len(pool.slots))]
-			stats.fault("zombie_instance")
-			cfg.Logger.Info("fault: starting a second instance with the same transactional id", "worker", s.index)
+			s := pool.zombieTarget()
+			stats.fault(faultZombie)
+			cfg.Logger.Info("fault "+faultZombie+": starting a second instance with the same transactional id", "worker", s.index)
 			pool.start(ctx, s)
 		})
 	}
@@ -41,7 +42,7 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 		add(10*max, func() {
 			for _, topic := range []string{wire.TransactionStateTopic, wire.ShareGroupStateTopic} {
 				if moveRandomPartition(ctx, cl, topic, cfg) {
-					stats.fault("coordinator_moves")
+					stats.fault(faultCoordMoves)
 				}
 			}
 		})
@@ -49,8 +50,17 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	if len(faults) == 0 {
 		return
 	}
-	// The first round fires at once, so that every fault lands while the
-	// pipeline runs, however fast it is.
+	// Faults start once the pipeline has committed a transaction: until
+	// it has shown that it works at all, a fault would only hide why it
+	// does not (a cluster without KIP-1289 fails the first commit, and
+	// that must stop the run at once). The first round then fires at
+	// once, so that every fault lands while the pipeline runs, however
+	// fast it is.
+	for stats.committed.Load() == 0 {
+		if !sleep(ctx, 10*time.Millisecond) {
+			return
+		}
+	}
 	ticker := time.NewTicker(cfg.Faults.Interval)
 	defer ticker.Stop()
 	for i := 0; ; i++ {
@@ -90,7 +100,9 @@ func moveRandomPartition(ctx context.Context, cl *kgo.Client, topic string, cfg 
 	req.Assign(topic, p.Partition, []int32{to})
 	resp, err := adm.AlterPartitionAssignments(ctx, req)
 	if err != nil {
-		cfg.Logger.Warn("fault: moving a coordinator partition failed", "topic", topic, "err", err)
+		if ctx.Err() == nil {
+			cfg.Logger.Warn("moving a coordinator partition (fault "+faultCoordMoves+") failed", "topic", topic, "err", err)
+		}
 		return false
 	}
 	ok = true
@@ -100,7 +112,7 @@ func moveRandomPartition(ctx context.Context, cl *kgo.Client, topic string, cfg 
 		}
 	})
 	if ok {
-		cfg.Logger.Info("fault: moved a coordinator partition", "topic", topic, "partition", p.Partition, "from", p.Leader, "to", to)
+		cfg.Logger.Info("fault "+faultCoordMoves+": moved a coordinator partition", "topic", topic, "partition", p.Partition, "from", p.Leader, "to", to)
 	}
 	return ok
 }

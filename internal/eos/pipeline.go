@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Config describes one consume-transform-produce run.
@@ -30,6 +26,11 @@ type Config struct {
 	InputPartitions int32
 	// Records is how many input records the run writes and processes.
 	Records int
+	// RejectEvery makes every RejectEvery-th input record poison: a value
+	// the transform must refuse and the worker must acknowledge with
+	// REJECT, so that it is archived on purpose and has no output (0:
+	// none).
+	RejectEvery int
 	// Workers is how many worker instances run at once (default 4).
 	Workers int
 	// TxnSize caps the records of one transaction (default 500).
@@ -53,7 +54,9 @@ type Config struct {
 	// MaxDuration bounds the run; past it the run stops and reports what
 	// it has.
 	MaxDuration time.Duration
-	// Logger receives the run's log lines (default: discard).
+	// Logger receives the run's log lines (default: discard). Records
+	// that an injected fault explains are logged at INFO with the fault's
+	// name.
 	Logger *slog.Logger
 	// Progress, if set, is called about once a second.
 	Progress func(Progress)
@@ -92,96 +95,31 @@ func (f Faults) Any() bool {
 	return f.KillWorker || f.CoordinatorMoves || f.Zombie || f.SlowWorker || f.AbortEvery > 0
 }
 
-// Progress is the state of a run, reported once a second.
-type Progress struct {
-	Elapsed      time.Duration // since the pipeline started
-	Acknowledged int64         // input records whose share state is final
-	Inputs       int           // input records in all
-	Committed    int64         // transactions committed so far
-	Aborted      int64         // transactions aborted so far
-}
-
-// Summary is the outcome of a run: what the read_committed check found,
-// the run's counters and timings, and the faults injected, by name. The
-// JSON names are those of the report that examples/ctp writes.
+// Summary is the outcome of a consume-transform-produce run: the verdict
+// on what the read_committed check found, the run's counters and timings,
+// and the faults injected, by name. The JSON names are those of the
+// report that examples/ctp writes.
 type Summary struct {
-	Check
+	Result
 	TxnCommitted    int64            `json:"transactions_committed"`
 	TxnAborted      int64            `json:"transactions_aborted"`
 	Redelivered     int64            `json:"records_redelivered"`
-	Unacknowledged  int64            `json:"inputs_not_acknowledged"`
-	Elapsed         time.Duration    `json:"-"`
-	ElapsedSeconds  float64          `json:"elapsed_seconds"`
-	RecordsPerSec   float64          `json:"records_per_second"`
 	CommitP50Millis float64          `json:"commit_latency_p50_ms"`
 	CommitP99Millis float64          `json:"commit_latency_p99_ms"`
 	Faults          map[string]int64 `json:"faults_injected"`
-	WorkerErrors    int64            `json:"worker_restarts"`
 }
 
-// OK reports whether the run was exactly-once: every input id seen once in
-// the committed output and every input record acknowledged.
-func (s Summary) OK() bool { return s.Check.OK() && s.Unacknowledged == 0 }
-
-// Verdict is the last line a run prints.
-func (s Summary) Verdict() string {
-	if s.OK() {
-		return "exactly-once: OK"
-	}
-	why := s.Check.String()
-	if s.Check.OK() {
-		why = ""
-	}
-	if s.Unacknowledged > 0 {
-		if why != "" {
-			why += ", "
-		}
-		why += fmt.Sprintf("%d inputs not acknowledged", s.Unacknowledged)
-	}
-	return "exactly-once: FAILED (" + why + ")"
-}
-
-// runStats is shared by the workers and the fault injector.
-type runStats struct {
-	committed, aborted, redelivered, restarts atomic.Int64
-	faults                                    sync.Map // name -> *atomic.Int64
-	// archived holds the ids of records whose delivery at the group's
-	// limit ended in a transaction that did not commit.
-	archived sync.Map
-
-	mu        sync.Mutex
-	latencies []time.Duration
-}
-
-func (s *runStats) fault(name string) {
-	v, _ := s.faults.LoadOrStore(name, new(atomic.Int64))
-	v.(*atomic.Int64).Add(1)
-}
-
-func (s *runStats) archivedIDs() map[string]bool {
-	out := map[string]bool{}
-	s.archived.Range(func(k, _ any) bool {
-		out[k.(string)] = true
-		return true
-	})
-	return out
-}
-
-func (s *runStats) commitLatency(d time.Duration) {
-	s.mu.Lock()
-	s.latencies = append(s.latencies, d)
-	s.mu.Unlock()
-}
-
-func (s *runStats) percentile(p float64) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.latencies) == 0 {
-		return 0
-	}
-	sorted := append([]time.Duration(nil), s.latencies...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	return sorted[int(p*float64(len(sorted)-1))]
+// WriteTable prints the summary as an aligned two-column table, ending with
+// the verdict line.
+func (s Summary) WriteTable(w io.Writer) error {
+	rows := append(s.rows("outputs seen (read_committed)"),
+		[2]string{"transactions committed", fmt.Sprint(s.TxnCommitted)},
+		[2]string{"transactions aborted", fmt.Sprint(s.TxnAborted)},
+		[2]string{"records redelivered", fmt.Sprint(s.Redelivered)},
+		[2]string{"commit latency p50", fmt.Sprintf("%.1f ms", s.CommitP50Millis)},
+		[2]string{"commit latency p99", fmt.Sprintf("%.1f ms", s.CommitP99Millis)},
+	)
+	return writeTable(w, rows, s.Faults, s.Result)
 }
 
 func (c *Config) defaults() {
@@ -217,179 +155,93 @@ func (c *Config) defaults() {
 	}
 }
 
-// Run sets up the topics and the group, writes the input, runs the
-// pipeline until every input record is acknowledged (or MaxDuration or ctx
-// ends), and checks the committed output. An error means the run could not
-// be carried out; a run that breaks exactly-once returns a Summary whose OK
-// is false.
-func Run(ctx context.Context, cfg Config) (Summary, error) {
-	cfg.defaults()
-	log := cfg.Logger
-	admin, err := kgo.NewClient(kgo.SeedBrokers(cfg.Seeds...))
-	if err != nil {
-		return Summary{}, fmt.Errorf("admin client: %w", err)
-	}
-	defer admin.Close()
-	if err := setup(ctx, admin, cfg); err != nil {
-		return Summary{}, err
-	}
-	log.Info("writing input", "records", cfg.Records, "topic", cfg.Input)
-	if err := WriteInput(ctx, cfg.Seeds, cfg.Input, cfg.Records, log); err != nil {
-		return Summary{}, err
-	}
-	ends, err := inputEnds(ctx, admin, cfg.Input)
-	if err != nil {
-		return Summary{}, err
-	}
-
-	runCtx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
-	defer cancel()
-	stats := &runStats{}
-	start := time.Now()
-	pool := newWorkerPool(cfg, stats)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		pool.run(runCtx)
-	}()
-	if cfg.Faults.Any() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			injectFaults(runCtx, cfg, admin, pool, stats)
-		}()
-	}
-	acked, waitErr := waitAcknowledged(runCtx, admin, cfg, ends, stats, start)
-	cancel()
-	wg.Wait()
-	elapsed := time.Since(start)
-	if waitErr != nil && !errors.Is(waitErr, context.DeadlineExceeded) {
-		return Summary{}, waitErr
-	}
-
-	verifyCtx, cancelVerify := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelVerify()
-	check, err := ReadCommitted(verifyCtx, cfg.Seeds, cfg.Output, cfg.Records, stats.archivedIDs())
-	if err != nil {
-		return Summary{}, err
-	}
-	sum := Summary{
-		Check:           check,
-		TxnCommitted:    stats.committed.Load(),
-		TxnAborted:      stats.aborted.Load(),
-		Redelivered:     stats.redelivered.Load(),
-		Unacknowledged:  int64(cfg.Records) - acked,
-		Elapsed:         elapsed,
-		ElapsedSeconds:  elapsed.Seconds(),
-		RecordsPerSec:   float64(cfg.Records) / elapsed.Seconds(),
-		CommitP50Millis: float64(stats.percentile(0.50)) / float64(time.Millisecond),
-		CommitP99Millis: float64(stats.percentile(0.99)) / float64(time.Millisecond),
-		Faults:          map[string]int64{},
-		WorkerErrors:    stats.restarts.Load(),
-	}
-	stats.faults.Range(func(k, v any) bool {
-		sum.Faults[k.(string)] = v.(*atomic.Int64).Load()
-		return true
-	})
-	return sum, nil
-}
-
-// setup creates the topics and sets the group's configs: earliest reset,
-// so records written before the group existed are delivered, and the lock
-// duration.
-func setup(ctx context.Context, cl *kgo.Client, cfg Config) error {
-	adm := kadm.NewClient(cl)
-	for _, t := range []struct {
-		name       string
-		partitions int32
-	}{{cfg.Input, cfg.InputPartitions}, {cfg.Output, cfg.InputPartitions}} {
-		resp, err := adm.CreateTopic(ctx, t.partitions, 1, nil, t.name)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerrTopicExists) {
-			return fmt.Errorf("create topic %s: %w", t.name, err)
-		}
-	}
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	res.ResourceName = cfg.Group
-	for name, value := range map[string]string{
-		"share.auto.offset.reset":       "earliest",
-		"share.record.lock.duration.ms": fmt.Sprint(cfg.LockDuration.Milliseconds()),
-		"share.delivery.count.limit":    fmt.Sprint(cfg.DeliveryLimit),
-	} {
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name, c.Value = name, kmsg.StringPtr(value)
-		res.Configs = append(res.Configs, c)
-	}
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("group configs of %s: %w", cfg.Group, err)
-	}
-	for _, r := range resp.Resources {
-		if err := kerrFor(r.ErrorCode, r.ErrorMessage); err != nil {
-			return fmt.Errorf("group configs of %s: %w", cfg.Group, err)
-		}
+func (c *Config) validate() error {
+	switch {
+	case len(c.Seeds) == 0:
+		return errors.New("no seed brokers")
+	case c.Input == "" || c.Output == "" || c.Group == "":
+		return errors.New("input topic, output topic and group are required")
+	case c.Records <= 0:
+		return fmt.Errorf("records %d is not positive", c.Records)
+	case c.RejectEvery < 0 || c.RejectEvery == 1:
+		return fmt.Errorf("RejectEvery %d: must be 0 (none) or at least 2", c.RejectEvery)
+	case c.Faults.AbortEvery < 0 || c.Faults.AbortEvery == 1:
+		return fmt.Errorf("AbortEvery %d: must be 0 (never) or at least 2, or no transaction would ever commit", c.Faults.AbortEvery)
+	case c.TxnHold < 0:
+		return fmt.Errorf("TxnHold %v is negative", c.TxnHold)
 	}
 	return nil
 }
 
-func inputEnds(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
-}
+// settleMargin is how long past the transaction timeout the verification
+// waits for a transaction left open to be aborted by its coordinator.
+const settleMargin = 5 * time.Second
 
-// waitAcknowledged polls the group's share-partition start offsets until
-// every input record is acknowledged (or archived), reporting progress; it
-// returns how many are.
-func waitAcknowledged(ctx context.Context, cl *kgo.Client, cfg Config, ends map[int32]int64, stats *runStats, start time.Time) (int64, error) {
-	adm := kadm.NewClient(cl)
-	ticker := time.NewTicker(250 * time.Millisecond)
-	defer ticker.Stop()
-	var acked int64
-	lastReport := time.Now()
-	for {
-		described, err := adm.DescribeShareGroupOffsets(ctx, cfg.Group)
-		if err == nil {
-			acked = 0
-			d := described[cfg.Group]
-			for p, end := range ends {
-				if o, ok := d.Offsets.Lookup(cfg.Input, p); ok && o.Err == nil && o.StartOffset >= 0 {
-					acked += min(o.StartOffset, end)
-				}
-			}
-			if acked >= int64(cfg.Records) {
-				return acked, nil
-			}
-		} else if ctx.Err() == nil {
-			cfg.Logger.Debug("describing share-group offsets", "err", err)
-		}
-		if cfg.Progress != nil && time.Since(lastReport) >= time.Second {
-			lastReport = time.Now()
-			cfg.Progress(Progress{
-				Elapsed:      time.Since(start),
-				Acknowledged: acked,
-				Inputs:       cfg.Records,
-				Committed:    stats.committed.Load(),
-				Aborted:      stats.aborted.Load(),
-			})
-		}
-		select {
-		case <-ctx.Done():
-			return acked, ctx.Err()
-		case <-ticker.C:
-		}
+// Run sets up the topics and the group, writes the input, runs loop in
+// cfg.Workers slots while injecting cfg.Faults until every input record is
+// acknowledged, and checks the committed output with a read_committed
+// reader.
+//
+// When ctx ends or MaxDuration passes first, Run stops the workers and
+// still checks what they did: the summary's StoppedBy says why (ctx's
+// cause, if it has one) and its verdict is INCOMPLETE unless that check
+// found a violation. An error means the run could not be carried out: a
+// bad config, a cluster that refused the setup, or a worker that stopped
+// with an error that no injected fault explains (a fatal SDK error, for
+// example on a cluster without KIP-1289); the run is then stopped at once
+// and not checked.
+func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
+	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return Summary{}, fmt.Errorf("pipeline config: %w", err)
 	}
+	var logs *faultHandler
+	cfg.Logger, logs = faultLogger(cfg.Logger)
+	admin, in, err := prepare(ctx, cfg.Seeds, groupSetup{
+		topics:        []string{cfg.Input, cfg.Output},
+		partitions:    cfg.InputPartitions,
+		group:         cfg.Group,
+		lockDuration:  cfg.LockDuration,
+		deliveryLimit: cfg.DeliveryLimit,
+	}, cfg.Input, cfg.Records, cfg.RejectEvery, cfg.Logger)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+
+	run := newRunScope(ctx, cfg.MaxDuration)
+	stats := &runStats{}
+	pool := newWorkerPool(cfg, loop, stats, logs, run.fail)
+	run.spawn(pool.run)
+	if cfg.Faults.Any() {
+		run.spawn(func(ctx context.Context) { injectFaults(ctx, cfg, admin, pool) })
+	}
+	w := &watcher{
+		adm: adm, group: cfg.Group, in: in, stats: stats, log: cfg.Logger, progress: cfg.Progress,
+		labels: [3]string{"transactions", "committed", "aborted"},
+		counts: func() (int64, int64) { return stats.committed.Load(), stats.aborted.Load() },
+		idle:   pool.idle,
+	}
+	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))
+	if err != nil {
+		return Summary{}, err
+	}
+	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
+		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
+			return ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, stats.archivedValues(), cfg.TxnTimeout+settleMargin)
+		})
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	return Summary{
+		Result:          result,
+		TxnCommitted:    stats.committed.Load(),
+		TxnAborted:      stats.aborted.Load(),
+		Redelivered:     stats.redelivered.Load(),
+		CommitP50Millis: stats.percentileMillis(0.50),
+		CommitP99Millis: stats.percentileMillis(0.99),
+		Faults:          stats.faultCounts(),
+	}, nil
 }

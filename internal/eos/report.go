@@ -1,39 +1,41 @@
 package eos
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"text/tabwriter"
 )
 
-// WriteTable prints the summary as an aligned two-column table, ending with
-// the verdict line.
-func (s Summary) WriteTable(w io.Writer) error {
-	rows := [][2]string{
-		{"inputs", fmt.Sprint(s.Inputs)},
-		{"outputs seen (read_committed)", fmt.Sprint(s.Outputs)},
-		{"duplicates", fmt.Sprint(s.Duplicates)},
-		{"missing", fmt.Sprint(s.Missing)},
-		{"archived (delivery limit)", fmt.Sprint(s.Archived)},
-		{"unknown outputs", fmt.Sprint(s.Unknown)},
-		{"inputs not acknowledged", fmt.Sprint(s.Unacknowledged)},
-		{"transactions committed", fmt.Sprint(s.TxnCommitted)},
-		{"transactions aborted", fmt.Sprint(s.TxnAborted)},
-		{"records redelivered", fmt.Sprint(s.Redelivered)},
-		{"worker restarts", fmt.Sprint(s.WorkerErrors)},
-		{"elapsed", fmt.Sprintf("%.1fs", s.ElapsedSeconds)},
-		{"throughput", fmt.Sprintf("%.0f records/s", s.RecordsPerSec)},
-		{"commit latency p50", fmt.Sprintf("%.1f ms", s.CommitP50Millis)},
-		{"commit latency p99", fmt.Sprintf("%.1f ms", s.CommitP99Millis)},
+// Report is what Run and RunCheckpoint return: a summary that prints as a
+// table ending with its verdict line, or as JSON.
+type Report interface {
+	WriteTable(w io.Writer) error
+	// Outcome returns the verdict and the figures both pipelines share.
+	Outcome() Result
+}
+
+// Outcome implements Report.
+func (r Result) Outcome() Result { return r }
+
+// WriteReport writes sum to w: as one indented JSON document when asJSON
+// is set (its "verdict" and "ok" fields carry the verdict), as
+// sum.WriteTable's table otherwise. The error is the first failed encoding
+// or write.
+func WriteReport(w io.Writer, sum Report, asJSON bool) error {
+	if !asJSON {
+		return sum.WriteTable(w)
 	}
-	return writeTable(w, rows, s.Faults, s.Check, s.Verdict())
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(sum)
 }
 
 // writeTable prints rows, then a row per fault in name order and the
 // check's samples, as an aligned two-column table, and ends with the
-// verdict line. The error is the first failed write to w.
-func writeTable(w io.Writer, rows [][2]string, faults map[string]int64, check Check, verdict string) error {
+// verdict line of r. The error is the first failed write to w.
+func writeTable(w io.Writer, rows [][2]string, faults map[string]int64, r Result) error {
 	names := make([]string, 0, len(faults))
 	for name := range faults {
 		names = append(names, name)
@@ -42,19 +44,26 @@ func writeTable(w io.Writer, rows [][2]string, faults map[string]int64, check Ch
 	for _, name := range names {
 		rows = append(rows, [2]string{"fault: " + name, fmt.Sprint(faults[name])})
 	}
-	if len(check.MissingSample) > 0 {
-		rows = append(rows, [2]string{"missing (sample)", fmt.Sprint(check.MissingSample)})
+	if len(r.MissingSample) > 0 {
+		rows = append(rows, [2]string{"missing (sample)", fmt.Sprint(r.MissingSample)})
 	}
-	if len(check.DuplicateSample) > 0 {
-		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(check.DuplicateSample)})
+	if len(r.DuplicateSample) > 0 {
+		rows = append(rows, [2]string{"duplicated (sample)", fmt.Sprint(r.DuplicateSample)})
+	}
+	if len(r.MissingByPartition) > 0 {
+		rows = append(rows, [2]string{"missing by output partition", fmt.Sprint(r.MissingByPartition)})
+	}
+	if len(r.DuplicatesByPartition) > 0 {
+		// fmt prints maps sorted by key.
+		rows = append(rows, [2]string{"duplicate copies by output partition", fmt.Sprint(r.DuplicatesByPartition)})
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, verdict)
+	_, err := fmt.Fprintln(w, r.Line())
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -14,87 +15,166 @@ import (
 	"github.com/kshare-go/kshare/txnclient"
 )
 
-// Check is what a read_committed reader found in the output.
+// Archive says why a record was archived at the group's delivery limit:
+// its last delivery ended in a transaction or checkpoint that did not
+// commit, and the broker archived it instead of delivering it again.
+type Archive int8
+
+const (
+	// ArchivedOnPurpose: the run itself ended that last delivery on
+	// purpose (a deliberate abort, a checkpoint failed on purpose).
+	ArchivedOnPurpose Archive = iota + 1
+	// ArchivedByFailure: the last delivery failed (a killed worker, an
+	// expired lock, a failed commit). The input was never processed: the
+	// run is not exactly-once.
+	ArchivedByFailure
+)
+
+// Check compares the committed output with the input, id by id, and with
+// how far the group has acknowledged the input.
 type Check struct {
-	Inputs     int `json:"inputs"`       // input ids expected
-	Outputs    int `json:"outputs_seen"` // committed output records read
-	Duplicates int `json:"duplicates"`   // extra copies of input ids
-	Missing    int `json:"missing"`      // input ids never seen`
-	// Archived counts inputs with no output whose last delivery reached
-	// the group's delivery limit in a transaction that did not commit: the
-	// broker archived them, as KIP-932 says, and the run reports them.
-	Archived int `json:"archived_by_delivery_limit"`
-	// Unknown counts output values that are not input ids at all.
-	Unknown int `json:"unknown"`
+	Inputs  int `json:"inputs"`       // input records
+	Outputs int `json:"outputs_seen"` // committed output records read
+	// Acknowledged counts inputs whose share state is final: the group's
+	// share-partition start offset has passed them (acknowledged, rejected
+	// or archived).
+	Acknowledged int `json:"inputs_acknowledged"`
+	// Unacknowledged = Inputs - Acknowledged: inputs not yet final.
+	Unacknowledged int `json:"inputs_not_acknowledged"`
+	// Processed counts the inputs the pipeline has dealt with: output at
+	// least once, or poison and rejected. It can exceed Acknowledged in a
+	// run stopped early: a start offset stays behind a record still
+	// locked (by a killed worker, say) while later ones are acknowledged.
+	Processed  int `json:"inputs_processed"`
+	Duplicates int `json:"duplicates"` // extra copies of input ids
+	// Missing counts acknowledged inputs with no output that were neither
+	// rejected nor archived for a known reason: lost.
+	Missing int `json:"missing"`
+	// Rejected counts poison inputs the pipeline rejected on purpose: they
+	// are archived and have no output.
+	Rejected int `json:"rejected_on_purpose"`
+	// RejectedOutput counts outputs of poison inputs, which the pipeline
+	// must reject.
+	RejectedOutput int `json:"outputs_of_rejected_inputs"`
+	// ArchivedOnPurpose and ArchivedByFailure count acknowledged inputs
+	// with no output whose last delivery reached the group's delivery
+	// limit, by why that delivery did not commit (see Archive).
+	ArchivedOnPurpose int `json:"archived_on_purpose"`
+	ArchivedByFailure int `json:"archived_by_failure"`
+	// Unknown counts outputs whose value is not an input value at all.
+	Unknown int `json:"unknown_outputs"`
 	// MissingSample lists the first missing ids as ranges ("a..b").
 	MissingSample []string `json:"missing_sample,omitempty"`
 	// DuplicateSample lists the first ids seen more than once.
 	DuplicateSample []string `json:"duplicate_sample,omitempty"`
-}
-
-// OK reports whether every input id was seen exactly once.
-func (c Check) OK() bool { return c.Duplicates == 0 && c.Missing == 0 && c.Unknown == 0 }
-
-// String says what is wrong, or "OK".
-func (c Check) String() string {
-	if c.OK() {
-		return "OK"
-	}
-	return fmt.Sprintf("%d duplicates, %d missing, %d unknown", c.Duplicates, c.Missing, c.Unknown)
+	// DuplicatesByPartition counts, for each output partition, the copies
+	// it holds of ids seen more than once: where a duplication happened,
+	// since every copy of an id lands in the partition its key hashes
+	// to. Only ReadCommitted fills it.
+	DuplicatesByPartition map[int32]int `json:"duplicates_by_partition,omitempty"`
+	// MissingByPartition counts the Missing inputs by the output partition
+	// their key hashes to with kgo's default partitioner, which the
+	// pipeline's producers use: where their output went missing. Only
+	// ReadCommitted fills it.
+	MissingByPartition map[int32]int `json:"missing_by_partition,omitempty"`
 }
 
 const sampleSize = 5
 
-// ReadCommitted reads the committed output of topic, every partition up to
-// its last stable offset at the time of the call, and checks it against the
-// ids ID(0)..ID(inputs-1). It fetches partition by partition with explicit
-// offsets, so that it knows for certain when it has read everything, aborted
-// batches and markers included.
+// ReadCommitted reads the committed output of topic and checks it against
+// in, given start, the group's share-partition start offsets of the input,
+// and archived, the values of inputs the pipeline knows were archived at
+// the delivery limit and why (nil: none).
 //
-// archived, if not nil, names the ids that the pipeline knows were archived
-// by the delivery limit; a missing id among them counts as Archived, not
-// Missing.
-func ReadCommitted(ctx context.Context, seeds []string, topic string, inputs int, archived map[string]bool) (Check, error) {
+// It first waits, up to settle, until no transaction is open on topic
+// (every partition's last stable offset is its end): a transaction that a
+// stopped worker left open hides everything committed after it from a
+// read_committed reader until its coordinator aborts it, at the latest
+// when the transaction timeout runs out. It then fetches partition by
+// partition with explicit offsets, up to the last stable offset, so that
+// it knows for certain when it has read everything, aborted batches and
+// markers included.
+func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input, start map[int32]int64, archived map[string]Archive, settle time.Duration) (Check, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return Check{}, fmt.Errorf("verifier: %w", err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := waitStable(ctx, kadm.NewClient(cl), topic, settle)
 	if err != nil {
-		return Check{}, fmt.Errorf("verifier: last stable offsets of %s: %w", topic, err)
+		return Check{}, err
 	}
-	counts := make(map[string]int, inputs)
-	check := Check{Inputs: inputs}
+	counts := make(map[string]int, in.N)
+	perPartition := make(map[int32]map[string]int)
+	outputs := 0
 	var readErr error
 	ends.Each(func(o kadm.ListedOffset) {
 		if readErr == nil && o.Offset > 0 {
+			here := make(map[string]int)
+			perPartition[o.Partition] = here
 			readErr = readPartition(ctx, cl, topic, o.Partition, o.Offset, func(value []byte) {
 				counts[string(value)]++
-				check.Outputs++
+				here[string(value)]++
+				outputs++
 			})
 		}
 	})
 	if readErr != nil {
-		return check, readErr
+		return Check{}, readErr
 	}
-	outputs := check.Outputs
-	check = checkCounts(counts, inputs, archived)
-	check.Outputs = outputs
+	check := checkCounts(counts, outputs, in, start, archived)
+	check.DuplicatesByPartition = duplicatesByPartition(counts, perPartition)
+	check.MissingByPartition = missingByPartition(counts, in, start, archived, topic, len(ends[topic]))
 	return check, nil
 }
 
-// checkCounts compares counts, how many times each output value was seen,
-// with the ids ID(0)..ID(inputs-1) and returns the Check without Outputs:
-// duplicates, missing ids (sampled as runs "a..b"), archived ids (a
-// missing id among archived) and unknown values. It does not modify
-// counts.
-func checkCounts(counts map[string]int, inputs int, archived map[string]bool) Check {
-	check := Check{Inputs: inputs}
-	seen := 0
+// duplicatesByPartition counts, per partition, the copies there of values
+// seen more than once in all; nil when there are none.
+func duplicatesByPartition(counts map[string]int, perPartition map[int32]map[string]int) map[int32]int {
+	var out map[int32]int
+	for p, here := range perPartition {
+		for v, n := range here {
+			if counts[v] > 1 {
+				if out == nil {
+					out = make(map[int32]int)
+				}
+				out[p] += n
+			}
+		}
+	}
+	return out
+}
+
+// missingByPartition counts the inputs checkCounts calls Missing
+// (acknowledged, not poison, never output, not archived) by the partition
+// of n that kgo's default partitioner gives their key, ID(i); nil when
+// none is missing.
+func missingByPartition(counts map[string]int, in *Input, start map[int32]int64, archived map[string]Archive, topic string, n int) map[int32]int {
+	if n == 0 {
+		return nil
+	}
+	partitioner := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	var out map[int32]int
+	for i := 0; i < in.N; i++ {
+		v := in.Value(i)
+		if counts[v] > 0 || in.Poison(i) || !in.acknowledged(i, start) || archived[v] != 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[int32]int)
+		}
+		out[int32(partitioner.Partition(&kgo.Record{Key: []byte(ID(i))}, n))]++
+	}
+	return out
+}
+
+// checkCounts compares counts, how many times each output value was seen
+// (outputs in all), with the input in, given the group's share-partition
+// start offsets and the inputs known to be archived (see ReadCommitted).
+// It does not modify counts.
+func checkCounts(counts map[string]int, outputs int, in *Input, start map[int32]int64, archived map[string]Archive) Check {
+	check := Check{Inputs: in.N, Outputs: outputs}
+	seen := 0 // outputs of input values
 	missingFrom := -1
 	endRun := func(last int) {
 		if missingFrom >= 0 && len(check.MissingSample) < sampleSize {
@@ -106,34 +186,87 @@ func checkCounts(counts map[string]int, inputs int, archived map[string]bool) Ch
 		}
 		missingFrom = -1
 	}
-	for i := 0; i < inputs; i++ {
-		id := ID(i)
-		n, ok := counts[id]
-		if ok {
-			seen++
+	for i := 0; i < in.N; i++ {
+		v := in.Value(i)
+		n := counts[v]
+		seen += n
+		acked := in.acknowledged(i, start)
+		if acked {
+			check.Acknowledged++
+		}
+		lost := false
+		if n > 0 && !in.Poison(i) || n == 0 && in.Poison(i) && acked {
+			check.Processed++
 		}
 		switch {
-		case n == 0 && archived[id]:
-			check.Archived++
-			endRun(i - 1)
-		case n == 0:
+		case in.Poison(i) && n > 0:
+			check.RejectedOutput += n
+		case in.Poison(i) && acked:
+			check.Rejected++
+		case n > 1:
+			check.Duplicates += n - 1
+			if len(check.DuplicateSample) < sampleSize {
+				check.DuplicateSample = append(check.DuplicateSample, ID(i))
+			}
+		case n == 1 || !acked:
+		case archived[v] == ArchivedOnPurpose:
+			check.ArchivedOnPurpose++
+		case archived[v] == ArchivedByFailure:
+			check.ArchivedByFailure++
+		default:
+			lost = true
 			check.Missing++
 			if missingFrom < 0 {
 				missingFrom = i
 			}
-		default:
+		}
+		if !lost {
 			endRun(i - 1)
-			if n > 1 {
-				check.Duplicates += n - 1
-				if len(check.DuplicateSample) < sampleSize {
-					check.DuplicateSample = append(check.DuplicateSample, id)
-				}
-			}
 		}
 	}
-	endRun(inputs - 1)
-	check.Unknown = len(counts) - seen
+	endRun(in.N - 1)
+	check.Unacknowledged = check.Inputs - check.Acknowledged
+	check.Unknown = outputs - seen
 	return check
+}
+
+// waitStable polls the last stable and end offsets of topic until they
+// are equal on every partition, and returns the last stable offsets. It
+// fails if a transaction is still open after within.
+func waitStable(ctx context.Context, adm *kadm.Client, topic string, within time.Duration) (kadm.ListedOffsets, error) {
+	deadline := time.Now().Add(within)
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = stable.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("verifier: last stable offsets of %s: %w", topic, err)
+		}
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("verifier: end offsets of %s: %w", topic, err)
+		}
+		var open error
+		stable.Each(func(o kadm.ListedOffset) {
+			if e, ok := ends.Lookup(topic, o.Partition); ok && e.Offset != o.Offset && open == nil {
+				open = fmt.Errorf("verifier: %s/%d still has an open transaction after %v (last stable offset %d, end %d)",
+					topic, o.Partition, within, o.Offset, e.Offset)
+			}
+		})
+		if open == nil {
+			return stable, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, open
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return nil, fmt.Errorf("verifier: waiting for open transactions on %s: %w", topic, ctx.Err())
+		}
+	}
 }
 
 // readPartition fetches [0, end) of one partition at read_committed and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,16 +15,310 @@ import (
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
+// Worker is what Run hands one instance of a consume-transform-produce
+// worker loop (a WorkerFunc): where to connect, what to read and write,
+// and the hooks through which the harness injects faults and counts what
+// the loop did.
+type Worker struct {
+	// Index is the worker's slot; instances of one slot share
+	// TransactionalID.
+	Index int
+	Seeds []string
+	// Group is the share group to consume Input in; every input record
+	// goes to Output, in transactions of at most TxnSize records that
+	// also carry the acknowledgements of their input.
+	Group, Input, Output string
+	TransactionalID      string
+	TxnSize              int
+	TxnTimeout           time.Duration
+	Logger               *slog.Logger
+	// Hooks are the harness's; a nil *Hooks does nothing.
+	Hooks *Hooks
+}
+
+// WorkerFunc is a worker loop: it runs one instance of a worker until ctx
+// ends, and then returns nil, or until it meets an error it cannot handle,
+// which it returns. Run stops the whole run on such an error unless an
+// injected fault explains it.
+type WorkerFunc func(ctx context.Context, w Worker) error
+
+// Hooks are where a worker loop lets the harness in. Each method does
+// nothing on a nil *Hooks, so a loop runs unchanged without a harness.
+type Hooks struct {
+	inst *instance
+}
+
+// Started gives the harness the instance's clients: it reads delivery
+// counts and lock deadlines from cons, and a fault that kills the
+// instance drops the connections of both.
+func (h *Hooks) Started(cons *shareconsumer.Consumer, prod *producer.Producer) {
+	if h == nil {
+		return
+	}
+	h.inst.mu.Lock()
+	h.inst.cons, h.inst.prod = cons, prod
+	h.inst.mu.Unlock()
+}
+
+// Polled tells the harness which records a poll returned, before they are
+// processed.
+func (h *Hooks) Polled(records []*kgo.Record) {
+	if h != nil {
+		h.inst.polled(records)
+	}
+}
+
+// BeforeCommit is called once a transaction's output is produced and
+// before its acknowledgements are sent and it commits. It injects the
+// faults that hit a transaction: it may hold the transaction open
+// (-txn-hold) or stall past the records' locks (a slow worker) before it
+// returns nil; it may return an ErrAbortable error (a deliberate abort),
+// which the loop handles like any abortable error; or it may kill the
+// instance, dropping its connections so that nothing is committed,
+// aborted or released, and return an error that the loop must return at
+// once.
+func (h *Hooks) BeforeCommit(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	return h.inst.beforeCommit(ctx)
+}
+
+// Ended tells the harness how a transaction over records ended: committed
+// with outputs output records (err nil), or aborted because of err.
+func (h *Hooks) Ended(records []*kgo.Record, outputs int, err error) {
+	if h != nil {
+		h.inst.ended(records, outputs, err)
+	}
+}
+
+// The names of the faults, as the reports count them and the logs name
+// them.
+const (
+	faultKill       = "worker_killed_mid_transaction"
+	faultZombie     = "zombie_instance"
+	faultSlow       = "slow_worker_lock_expired"
+	faultAbort      = "deliberate_abort"
+	faultCoordMoves = "coordinator_moves"
+)
+
+// errKilled ends an instance that a fault killed.
+var errKilled = errors.New("killed by fault injection")
+
+// errDeliberateAbort is the cause of a transaction aborted on purpose.
+var errDeliberateAbort = errors.New("aborted on purpose by fault injection")
+
+// instance is the harness's view of one running worker instance.
+type instance struct {
+	pool *workerPool
+	slot *slot
+	gen  int64
+	log  *slog.Logger
+	// polledOnce is set once the loop has polled: it is past
+	// InitTransactions.
+	polledOnce atomic.Bool
+	// fault names the fault that killed or superseded the instance (nil:
+	// none); the logs of its clients are then expected.
+	fault atomic.Pointer[string]
+
+	mu   sync.Mutex
+	cons *shareconsumer.Consumer
+	prod *producer.Producer
+	// pending maps each polled record whose transaction has not ended to
+	// whether it was delivered as often as the group's limit allows.
+	pending map[*kgo.Record]bool
+	txns    int
+	// stalled holds the records of a poll that a slow-worker fault
+	// stalled: their locks ran out, so their transactions abort, as
+	// expected. committing is when BeforeCommit returned.
+	stalled    map[*kgo.Record]bool
+	committing time.Time
+}
+
+func (in *instance) polled(records []*kgo.Record) {
+	in.polledOnce.Store(true)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for i, atLimit := range deliveries(in.cons, records, in.pool.stats, in.pool.cfg.DeliveryLimit) {
+		in.pending[records[i]] = atLimit
+	}
+}
+
+func (in *instance) beforeCommit(ctx context.Context) error {
+	p := in.pool
+	in.mu.Lock()
+	in.txns++
+	txn := in.txns
+	held := len(in.pending)
+	prod := in.prod
+	in.mu.Unlock()
+
+	// Only an instance that owns its slot takes a fault: a superseded one
+	// is about to be fenced, which would hide the fault's effect.
+	owner := in.fault.Load() == nil && in.slot.gen.Load() == in.gen
+	if owner && p.kill.CompareAndSwap(true, false) {
+		// The transaction's output reaches the broker first, so that the
+		// killed worker leaves an open transaction behind.
+		if prod != nil {
+			if err := prod.Flush(ctx); err != nil {
+				in.log.Info("flush before the kill failed", "err", err)
+			}
+		}
+		p.stats.fault(faultKill)
+		in.log.Info("fault "+faultKill+": the worker dies in the middle of a transaction", "records_held", held)
+		p.stats.waits.add(fmt.Sprintf("expired locks of killed worker %d", in.slot.index), held, time.Now().Add(p.cfg.LockDuration))
+		in.die(faultKill)
+		return errKilled
+	}
+	if hold := p.cfg.TxnHold; hold > 0 && prod != nil {
+		if err := prod.Flush(ctx); err != nil {
+			in.log.Info("flush failed", "err", err)
+		}
+		if !sleep(ctx, hold) {
+			return ctx.Err()
+		}
+	}
+	if owner && p.slow.CompareAndSwap(true, false) {
+		p.stats.fault(faultSlow)
+		stall := p.cfg.LockDuration + time.Second
+		in.log.Info("fault "+faultSlow+": the worker stalls past its locks before committing", "records", held, "stall", stall)
+		w := p.stats.waits.add(fmt.Sprintf("slow worker %d, stalled past its locks", in.slot.index), held, time.Now().Add(stall))
+		in.mu.Lock()
+		for r := range in.pending {
+			in.stalled[r] = true
+		}
+		in.mu.Unlock()
+		in.slot.stalling.Add(1)
+		ok := sleep(ctx, stall)
+		in.slot.stalling.Add(-1)
+		p.stats.waits.done(w)
+		if !ok {
+			return ctx.Err()
+		}
+	}
+	in.mu.Lock()
+	in.committing = time.Now()
+	in.mu.Unlock()
+	if every := p.cfg.Faults.AbortEvery; every > 0 && txn%every == 0 {
+		return txnclient.Abortable("commit transaction", errDeliberateAbort)
+	}
+	return nil
+}
+
+// ended counts the outcome of a transaction and notes the records it
+// leaves archived: those at the delivery limit whose transaction did not
+// commit.
+func (in *instance) ended(records []*kgo.Record, outputs int, err error) {
+	p := in.pool
+	in.mu.Lock()
+	start := in.committing
+	stalled := false
+	why := ArchivedByFailure
+	if errors.Is(err, errDeliberateAbort) {
+		why = ArchivedOnPurpose
+	}
+	for _, r := range records {
+		if atLimit := in.pending[r]; atLimit && err != nil {
+			p.stats.noteArchived(string(r.Value), why)
+		}
+		stalled = stalled || in.stalled[r]
+		delete(in.pending, r)
+		delete(in.stalled, r)
+	}
+	in.mu.Unlock()
+
+	if err == nil {
+		p.stats.committed.Add(1)
+		p.stats.outputs.Add(int64(outputs))
+		p.stats.acked.Add(int64(len(records)))
+		if !start.IsZero() {
+			p.stats.commitLatency(time.Since(start))
+		}
+		return
+	}
+	p.stats.aborted.Add(1)
+	switch {
+	case errors.Is(err, errDeliberateAbort):
+		p.stats.fault(faultAbort)
+		in.log.Info("fault "+faultAbort+": transaction aborted on purpose", "records", len(records))
+	case stalled:
+		in.log.Info("fault "+faultSlow+": the stalled transaction aborted, as expected", "records", len(records), "err", err)
+	case in.fault.Load() != nil:
+		in.log.Info("fault "+*in.fault.Load()+": the instance's transaction aborted, as expected", "records", len(records), "err", err)
+	default:
+		in.log.Warn("transaction aborted and no injected fault explains it", "records", len(records), "err", err)
+	}
+}
+
+// die drops the instance's connections without committing, aborting or
+// releasing anything, as a process that dies would. The loop's own Close
+// calls then find their clients closed.
+func (in *instance) die(fault string) {
+	in.fault.Store(&fault)
+	in.pool.logs.killed()
+	in.mu.Lock()
+	cons, prod := in.cons, in.prod
+	in.mu.Unlock()
+	if cons != nil {
+		cons.Client().Close()
+	}
+	if prod != nil {
+		prod.Client().Close()
+	}
+	// Then their goroutines stop, with nothing more sent: the loop's own
+	// Close calls find them closed.
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	if prod != nil {
+		prod.Close(dead)
+	}
+	if cons != nil {
+		cons.Close(dead)
+	}
+}
+
+// finish notes, once the loop returned, the records the instance still
+// held that were at the delivery limit: the broker archives them when
+// their locks run out. It returns how many records it still held.
+func (in *instance) finish() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	held := len(in.pending)
+	for r, atLimit := range in.pending {
+		if atLimit {
+			in.pool.stats.noteArchived(string(r.Value), ArchivedByFailure)
+		}
+	}
+	clear(in.pending)
+	clear(in.stalled)
+	return held
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // workerPool runs cfg.Workers slots. Each slot runs one worker instance at
-// a time, restarted when it fails, except that a zombie fault starts a
-// second instance of a slot while the first still runs: the newer one owns
-// the slot and the older one must be fenced.
+// a time, started again after a fault killed it, except that a zombie
+// fault starts a second instance of a slot while the first still runs: the
+// newer one owns the slot and the older one must be fenced. Any other
+// error of an instance stops the run (fail).
 type workerPool struct {
 	cfg   Config
+	loop  WorkerFunc
 	stats *runStats
+	logs  *faultHandler
+	fail  func(error)
 	slots []*slot
 
 	// Fault requests, each taken by the next transaction of any instance
@@ -39,12 +334,54 @@ type slot struct {
 	index int
 	txnID string
 	gen   atomic.Int64 // instance generation that owns the slot
+	// instances numbers the slot's instances, restarts included, for the
+	// logs.
+	instances atomic.Int64
+
+	// stalling counts the slot's instances stalled by a slow-worker
+	// fault right now; a zombie fault leaves such a slot alone, so that
+	// the two faults' effects stay apart.
+	stalling atomic.Int32
+
+	mu      sync.Mutex
+	running map[*instance]struct{}
 }
 
-func newWorkerPool(cfg Config, stats *runStats) *workerPool {
-	p := &workerPool{cfg: cfg, stats: stats}
+// zombieTarget picks a random slot for a zombie fault among those whose
+// instances all run past InitTransactions and are not stalled by a
+// slow-worker fault, or any slot if there is none. An instance that is
+// starting could otherwise finish InitTransactions after the zombie and
+// fence it, which is not the fault's point.
+func (p *workerPool) zombieTarget() *slot {
+	var settled []*slot
+	for _, s := range p.slots {
+		if s.stalling.Load() == 0 && s.settled() {
+			settled = append(settled, s)
+		}
+	}
+	if len(settled) == 0 {
+		settled = p.slots
+	}
+	return settled[rand.IntN(len(settled))]
+}
+
+// settled reports whether s runs instances and each has polled, and so is
+// past InitTransactions.
+func (s *slot) settled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for in := range s.running {
+		if !in.polledOnce.Load() {
+			return false
+		}
+	}
+	return len(s.running) > 0
+}
+
+func newWorkerPool(cfg Config, loop WorkerFunc, stats *runStats, logs *faultHandler, fail func(error)) *workerPool {
+	p := &workerPool{cfg: cfg, loop: loop, stats: stats, logs: logs, fail: fail}
 	for i := 0; i < cfg.Workers; i++ {
-		p.slots = append(p.slots, &slot{index: i, txnID: fmt.Sprintf("%s-worker-%d", cfg.Group, i)})
+		p.slots = append(p.slots, &slot{index: i, txnID: fmt.Sprintf("%s-worker-%d", cfg.Group, i), running: map[*instance]struct{}{}})
 	}
 	return p
 }
@@ -59,212 +396,111 @@ func (p *workerPool) run(ctx context.Context) {
 	p.wg.Wait()
 }
 
-// start runs a new instance of s until ctx ends, restarting it after
-// failures, with kshare's jittered backoff, for as long as it owns the
-// slot.
+// start runs a new instance of s until ctx ends, and runs it again after a
+// fault killed it, for as long as it owns the slot. Instances of s that
+// run already are superseded: the new one fences them.
 func (p *workerPool) start(ctx context.Context, s *slot) {
+	// Under s.mu, so that no instance of an older generation starts
+	// after this one without being superseded (newInstance).
+	s.mu.Lock()
 	gen := s.gen.Add(1)
+	for old := range s.running {
+		// A killed instance stays killed.
+		name := faultZombie
+		old.fault.CompareAndSwap(nil, &name)
+	}
+	s.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		bo := txnclient.NewBackoff(ctx)
-		for ctx.Err() == nil && s.gen.Load() == gen {
-			err := p.runInstance(ctx, s, gen)
+		for ctx.Err() == nil {
+			in := p.newInstance(s, gen)
+			if in == nil {
+				return // superseded while it waited to start again
+			}
+			err := p.loop(ctx, in.worker())
+			held := in.finish()
+			s.mu.Lock()
+			delete(s.running, in)
+			s.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
-			p.stats.restarts.Add(1)
-			wait := bo.NextBackOff()
-			p.cfg.Logger.Info("worker stopped; restarting", "worker", s.index, "generation", gen, "err", err, "backoff", wait)
-			select {
-			case <-ctx.Done():
+			fault := in.fault.Load()
+			switch {
+			case fault != nil && *fault == faultKill:
+				wait := bo.NextBackOff()
+				in.log.Info("fault "+faultKill+": starting the worker again", "backoff", wait)
+				if !sleep(ctx, wait) {
+					return
+				}
+			case fault != nil && (err == nil || errors.Is(err, txnclient.ErrFatal)):
+				in.log.Info("fault "+*fault+": the older instance stopped, fenced by the newer one, as expected", "err", err)
+				if held > 0 {
+					p.stats.waits.add(fmt.Sprintf("expired locks of the fenced older instance of worker %d", s.index),
+						held, time.Now().Add(p.cfg.LockDuration))
+				}
 				return
-			case <-time.After(wait):
+			case err == nil:
+				p.fail(fmt.Errorf("worker %d stopped before the end of the run without an error", s.index))
+				return
+			default:
+				p.fail(fmt.Errorf("worker %d: %w", s.index, err))
+				return
 			}
 		}
 	}()
 }
 
-// errKilled ends an instance that a fault killed.
-var errKilled = errors.New("killed by fault injection")
-
-// instance is one running worker: a transactional share consumer and a
-// transactional producer.
-type instance struct {
-	pool *workerPool
-	slot *slot
-	log  *slog.Logger
-	cons *shareconsumer.Consumer
-	prod *producer.Producer
-	txns int
+// newInstance returns a new instance of s for generation gen, or nil if a
+// newer generation owns s.
+func (p *workerPool) newInstance(s *slot, gen int64) *instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen.Load() != gen {
+		return nil
+	}
+	in := &instance{pool: p, slot: s, gen: gen, pending: map[*kgo.Record]bool{}, stalled: map[*kgo.Record]bool{}}
+	in.log = slog.New(p.logs.component(&in.fault)).With("worker", s.index, "instance", s.instances.Add(1))
+	s.running[in] = struct{}{}
+	return in
 }
 
-func (p *workerPool) runInstance(ctx context.Context, s *slot, gen int64) (err error) {
-	log := p.cfg.Logger.With("worker", s.index, "generation", gen)
-	cons, err := shareconsumer.New(
-		shareconsumer.SeedBrokers(p.cfg.Seeds...),
-		shareconsumer.Group(p.cfg.Group),
-		shareconsumer.Topics(p.cfg.Input),
-		shareconsumer.Mode(shareconsumer.Transactional),
-		shareconsumer.MaxPollRecords(int32(p.cfg.TxnSize)),
-		shareconsumer.MaxWait(250*time.Millisecond),
-		shareconsumer.Logger(log),
-	)
-	if err != nil {
-		return fmt.Errorf("share consumer: %w", err)
+func (in *instance) worker() Worker {
+	cfg := in.pool.cfg
+	return Worker{
+		Index:           in.slot.index,
+		Seeds:           cfg.Seeds,
+		Group:           cfg.Group,
+		Input:           cfg.Input,
+		Output:          cfg.Output,
+		TransactionalID: in.slot.txnID,
+		TxnSize:         cfg.TxnSize,
+		TxnTimeout:      cfg.TxnTimeout,
+		Logger:          in.log,
+		Hooks:           &Hooks{inst: in},
 	}
-	prod, err := producer.New(
-		producer.SeedBrokers(p.cfg.Seeds...),
-		producer.TransactionalID(s.txnID),
-		producer.TransactionTimeout(p.cfg.TxnTimeout),
-		producer.Logger(log),
-	)
-	if err != nil {
-		cons.Close(context.Background())
-		return fmt.Errorf("producer: %w", err)
-	}
-	in := &instance{pool: p, slot: s, log: log, cons: cons, prod: prod}
-	defer func() {
-		if errors.Is(err, errKilled) {
-			in.dropConnections()
-			return
-		}
-		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		prod.Close(closeCtx)
-		cons.Close(closeCtx)
-	}()
-	if err := prod.InitTransactions(ctx); err != nil {
-		return fmt.Errorf("init transactions: %w", err)
-	}
-	// An instance that a zombie fault superseded keeps running until the
-	// new one fences it, which its next commit shows.
-	for ctx.Err() == nil {
-		if err := in.transaction(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
-// dropConnections closes the clients under the producer and the consumer
-// without committing, aborting or acknowledging anything, as a process
-// that dies would; then it stops their goroutines.
-func (in *instance) dropConnections() {
-	in.cons.Client().Close()
-	in.prod.Client().Close()
-	dead, cancel := context.WithCancel(context.Background())
-	cancel()
-	in.prod.Close(dead)
-	in.cons.Close(dead)
-}
-
-// transaction polls and runs consume-transform-produce transactions of at
-// most TxnSize records each. It returns an error only when the instance
-// must stop (fenced, killed, closed).
-func (in *instance) transaction(ctx context.Context) error {
-	records, err := in.cons.Poll(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("poll: %w", err)
-	}
-	// Delivery counts are read now: once a transaction ends, the consumer
-	// forgets its records.
-	atLimit := make([]bool, len(records))
-	for i, r := range records {
-		n, ok := in.cons.DeliveryCount(r)
-		if ok && n > 1 {
-			in.pool.stats.redelivered.Add(1)
-		}
-		atLimit[i] = ok && int(n) >= in.pool.cfg.DeliveryLimit
-	}
-	for len(records) > 0 {
-		n := min(len(records), in.pool.cfg.TxnSize)
-		committed, err := in.transact(ctx, records[:n])
-		if !committed {
-			// A killed instance leaves the rest of its poll behind too.
-			failed := n
-			if errors.Is(err, errKilled) {
-				failed = len(records)
+// idle says why nothing moves when no known wait explains it, as far as
+// the instances tell.
+func (p *workerPool) idle() string {
+	var running, inTxn int
+	for _, s := range p.slots {
+		s.mu.Lock()
+		for in := range s.running {
+			running++
+			in.mu.Lock()
+			if len(in.pending) > 0 {
+				inTxn++
 			}
-			in.noteArchived(records[:failed], atLimit[:failed])
+			in.mu.Unlock()
 		}
-		if err != nil {
-			return err
-		}
-		records, atLimit = records[n:], atLimit[n:]
+		s.mu.Unlock()
 	}
-	return nil
-}
-
-// noteArchived records the ids of records whose transaction failed at the
-// group's delivery limit: the broker archives them.
-func (in *instance) noteArchived(records []*kgo.Record, atLimit []bool) {
-	for i, r := range records {
-		if atLimit[i] {
-			in.pool.stats.archived.Store(string(r.Value), struct{}{})
-		}
+	if p.stats.polled.Load() == 0 {
+		return fmt.Sprintf("no record delivered yet; %d workers are joining the share group or waiting for an assignment", running)
 	}
-}
-
-// transact copies records to the output in one transaction together with
-// their acknowledgements, and reports whether it committed.
-func (in *instance) transact(ctx context.Context, records []*kgo.Record) (committed bool, err error) {
-	in.txns++
-	if err := in.prod.BeginTransaction(); err != nil {
-		return false, fmt.Errorf("begin: %w", err)
-	}
-	for i, r := range records {
-		if i == len(records)/2 && in.pool.kill.CompareAndSwap(true, false) {
-			in.pool.stats.fault("worker_killed_mid_transaction")
-			in.log.Info("fault: killing worker in the middle of a transaction")
-			return false, errKilled
-		}
-		in.prod.Produce(ctx, &kgo.Record{Topic: in.pool.cfg.Output, Key: r.Key, Value: r.Value}, nil)
-	}
-	acks := in.cons.Acks(records, wire.AckAccept)
-	if hold := in.pool.cfg.TxnHold; hold > 0 {
-		if err := in.prod.Flush(ctx); err != nil {
-			in.log.Info("flush failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return false, nil
-		case <-time.After(hold):
-		}
-	}
-	if in.pool.slow.CompareAndSwap(true, false) {
-		in.pool.stats.fault("slow_worker_lock_expired")
-		in.log.Info("fault: slow worker waits past its locks")
-		select {
-		case <-ctx.Done():
-			return false, nil
-		case <-time.After(in.pool.cfg.LockDuration + time.Second):
-		}
-	}
-	err = in.prod.SendShareAcksToTransaction(ctx, acks, in.cons.GroupMetadata())
-	abortOnPurpose := in.pool.cfg.Faults.AbortEvery > 0 && in.txns%in.pool.cfg.Faults.AbortEvery == 0
-	if err == nil && !abortOnPurpose {
-		start := time.Now()
-		if err = in.prod.CommitTransaction(ctx); err == nil {
-			in.pool.stats.commitLatency(time.Since(start))
-			in.pool.stats.committed.Add(1)
-			return true, nil
-		}
-	}
-	in.pool.stats.aborted.Add(1)
-	switch {
-	case err == nil:
-		in.pool.stats.fault("deliberate_abort")
-	case errors.Is(err, txnclient.ErrFatal):
-		return false, fmt.Errorf("transaction: %w", err)
-	default:
-		in.log.Info("transaction failed; aborting", "err", err)
-	}
-	if aerr := in.prod.AbortTransaction(ctx); aerr != nil && ctx.Err() == nil {
-		return false, fmt.Errorf("abort: %w", aerr)
-	}
-	return false, nil
+	return fmt.Sprintf("no injected fault explains it; %d worker instances running, %d of them holding records", running, inTxn)
 }

@@ -37,14 +37,18 @@ func ObserveRequests(t testing.TB, c *broker.Cluster) *RequestLog {
 	return l
 }
 
-// Of returns the recorded requests with API key key.
-func (l *RequestLog) Of(key int16) []Observed {
+// Of returns the recorded requests with any of the API keys, in arrival
+// order.
+func (l *RequestLog) Of(keys ...int16) []Observed {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []Observed
 	for _, o := range l.reqs {
-		if o.Req.Key() == key {
-			out = append(out, o)
+		for _, k := range keys {
+			if o.Req.Key() == k {
+				out = append(out, o)
+				break
+			}
 		}
 	}
 	return out

@@ -11,7 +11,7 @@ import java.util.UUID;
  * Checks a Kafka-compatible broker with the Apache Kafka Java clients.
  *
  * <pre>
- * java -jar kshare-javaclients.jar BOOTSTRAP [--timeout-seconds N] [features|txn|share ...]
+ * java -jar kshare-javaclients.jar BOOTSTRAP [--timeout-seconds N] [features|txn|share|ctp ...]
  * </pre>
  *
  * With no scenario named, all run. Each prints PASS or FAIL with what it
@@ -32,7 +32,7 @@ public final class Main {
 
     private static int run(String[] args) {
         Map<String, Scenario> known = new LinkedHashMap<>();
-        for (Scenario s : List.of(new FeatureScenario(), new TxnScenario(), new ShareScenario())) {
+        for (Scenario s : List.of(new FeatureScenario(), new TxnScenario(), new ShareScenario(), new CtpScenario())) {
             known.put(s.name(), s);
         }
         String bootstrap = null;
@@ -92,7 +92,7 @@ public final class Main {
     private static int usage(String problem) {
         System.err.println("javaclients: " + problem);
         System.err.println(
-                "usage: java -jar kshare-javaclients.jar BOOTSTRAP [--timeout-seconds N] [features|txn|share ...]");
+                "usage: java -jar kshare-javaclients.jar BOOTSTRAP [--timeout-seconds N] [features|txn|share|ctp ...]");
         return 2;
     }
 }

@@ -9,6 +9,7 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -24,18 +25,30 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.InvalidConfigurationException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
  * A KafkaShareConsumer in explicit acknowledgement mode reads freshly produced
  * records, accepts most, releases one (which must come back with delivery count
- * 2) and rejects one (which must never come back).
+ * 2), rejects one (which must never come back) and renews the lock of one
+ * (KIP-1222) for longer than the group's acquisition lock lasts before it
+ * accepts it: the renewed record must never be delivered again by the broker
+ * (its delivery count stays 1) and the final accept must succeed.
  */
 final class ShareScenario implements Scenario {
     private static final int RECORDS = 10;
     private static final String RELEASED = value(3);
     private static final String REJECTED = value(6);
+    private static final String RENEWED = value(8);
+    /**
+     * The acquisition lock the scenario asks for, and the one it falls back to
+     * on a broker whose bounds refuse it (Kafka's default minimum).
+     */
+    private static final List<Integer> LOCK_MS = List.of(2000, 15000);
+    /** How long the renewed record is "processed" between renewals. */
+    private static final Duration RENEW_EVERY = Duration.ofMillis(200);
     /** How long nothing may arrive once every record has been acknowledged. */
     private static final Duration QUIET_PERIOD = Duration.ofSeconds(3);
 
@@ -63,6 +76,7 @@ final class ShareScenario implements Scenario {
             admin.incrementalAlterConfigs(Map.of(resource, List.of(op)))
                     .all()
                     .get(Env.CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+            shortenLock(admin, resource);
         }
         produce(env, topic);
 
@@ -78,7 +92,7 @@ final class ShareScenario implements Scenario {
                     continue;
                 }
                 for (ConsumerRecord<String, String> rec : records) {
-                    consumer.acknowledge(rec, state.decide(rec));
+                    consumer.acknowledge(rec, state.decide(rec, consumer.acquisitionLockTimeoutMs()));
                 }
                 checkCommit(consumer.commitSync(Env.CALL_TIMEOUT));
             }
@@ -95,8 +109,32 @@ final class ShareScenario implements Scenario {
             }
         }
         return String.format(Locale.ROOT,
-                "explicit mode: %d records; accepted %d, released %s (redelivered with delivery count 2, then accepted), rejected %s (never redelivered)",
-                RECORDS, state.accepted.size(), RELEASED, REJECTED);
+                "explicit mode: %d records; accepted %d, released %s (redelivered with delivery count 2, then accepted), "
+                        + "rejected %s (never redelivered), renewed %s %d times over %d ms, longer than its %d ms lock (never redelivered, then accepted)",
+                RECORDS, state.accepted.size(), RELEASED, REJECTED, RENEWED, state.renewals,
+                state.renewedFor.toMillis(), state.lockMs);
+    }
+
+    /**
+     * Asks for a short acquisition lock so that renewing past it is quick; a
+     * broker whose bounds refuse it gets the next value, and the broker's
+     * default stays if every value is refused.
+     */
+    private static void shortenLock(Admin admin, ConfigResource resource) throws Exception {
+        for (int ms : LOCK_MS) {
+            AlterConfigOp op = new AlterConfigOp(
+                    new ConfigEntry("share.record.lock.duration.ms", Integer.toString(ms)), AlterConfigOp.OpType.SET);
+            try {
+                admin.incrementalAlterConfigs(Map.of(resource, List.of(op)))
+                        .all()
+                        .get(Env.CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+                return;
+            } catch (ExecutionException e) {
+                if (!(e.getCause() instanceof InvalidConfigurationException)) {
+                    throw e;
+                }
+            }
+        }
     }
 
     private static void produce(Env env, String topic) throws Exception {
@@ -136,17 +174,41 @@ final class ShareScenario implements Scenario {
         final Set<String> accepted = new HashSet<>();
         boolean released;
         boolean rejected;
+        /** When the renewed record was first renewed; null before. */
+        Instant renewedSince;
+        int renewals;
+        Duration renewedFor = Duration.ZERO;
+        long lockMs;
 
         boolean done() {
             return rejected && accepted.size() == RECORDS - 1;
         }
 
-        AcknowledgeType decide(ConsumerRecord<String, String> rec) throws Mismatch {
+        AcknowledgeType decide(ConsumerRecord<String, String> rec, Optional<Integer> lockTimeout) throws Mismatch {
             String v = rec.value();
             short count = rec.deliveryCount()
                     .orElseThrow(() -> new Mismatch("record " + v + " carries no delivery count"));
             if (accepted.contains(v)) {
                 throw new Mismatch("accepted record " + v + " was delivered again with delivery count " + count);
+            }
+            if (v.equals(RENEWED)) {
+                // The client hands a renewed record back on a later poll with
+                // the same delivery count; a broker that let the lock lapse
+                // would deliver it again with count 2.
+                expectCount(v + " (renewed " + renewals + " times)", count, 1);
+                lockMs = lockTimeout.orElseThrow(() -> new Mismatch("the consumer knows no acquisition lock timeout"));
+                Instant now = Instant.now();
+                if (renewedSince == null) {
+                    renewedSince = now;
+                }
+                renewedFor = Duration.between(renewedSince, now);
+                if (renewedFor.toMillis() <= 2 * lockMs) {
+                    renewals++;
+                    sleep(RENEW_EVERY); // still processing
+                    return AcknowledgeType.RENEW;
+                }
+                accepted.add(v);
+                return AcknowledgeType.ACCEPT;
             }
             if (v.equals(REJECTED)) {
                 if (rejected) {
@@ -172,6 +234,15 @@ final class ShareScenario implements Scenario {
             return AcknowledgeType.ACCEPT;
         }
 
+        private static void sleep(Duration d) throws Mismatch {
+            try {
+                Thread.sleep(d.toMillis());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new Mismatch("interrupted while holding the renewed record");
+            }
+        }
+
         private static void expectCount(String what, short got, int want) throws Mismatch {
             if (got != want) {
                 throw new Mismatch("record " + what + ": want delivery count " + want + ", got " + got);
@@ -180,7 +251,7 @@ final class ShareScenario implements Scenario {
 
         @Override
         public String toString() {
-            return "accepted=" + accepted + " released=" + released + " rejected=" + rejected;
+            return "accepted=" + accepted + " released=" + released + " rejected=" + rejected + " renewals=" + renewals;
         }
     }
 }

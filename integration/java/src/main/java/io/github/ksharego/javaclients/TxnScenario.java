@@ -1,6 +1,5 @@
 package io.github.ksharego.javaclients;
 
-import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -9,14 +8,9 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
@@ -72,9 +66,9 @@ final class TxnScenario implements Scenario {
             }
         }
 
-        Map<Integer, List<String>> readCommitted = readAll(env, topic, "read_committed", deadline);
+        Map<Integer, List<String>> readCommitted = env.readAll(topic, PARTITIONS, "read_committed", deadline);
         compare("read_committed", committed, readCommitted);
-        Map<Integer, List<String>> readUncommitted = readAll(env, topic, "read_uncommitted", deadline);
+        Map<Integer, List<String>> readUncommitted = env.readAll(topic, PARTITIONS, "read_uncommitted", deadline);
         compare("read_uncommitted", written, readUncommitted);
 
         int committedCount = committed.values().stream().mapToInt(List::size).sum();
@@ -96,59 +90,12 @@ final class TxnScenario implements Scenario {
         return p;
     }
 
-    /**
-     * Reads every partition from the beginning up to the end offset the broker
-     * reports for the isolation level (the last stable offset for
-     * read_committed), without a group.
-     */
-    private static Map<Integer, List<String>> readAll(Env env, String topic, String isolation, Instant deadline)
-            throws Mismatch {
-        Properties p = env.base("kshare-java-txn-" + isolation.replace('_', '-'));
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Long.toString(Env.CALL_TIMEOUT.toMillis()));
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-
-        List<TopicPartition> tps = new ArrayList<>();
-        for (int i = 0; i < PARTITIONS; i++) {
-            tps.add(new TopicPartition(topic, i));
-        }
-        Map<Integer, List<String>> seen = perPartition();
-        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p)) {
-            consumer.assign(tps);
-            consumer.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Env.CALL_TIMEOUT);
-            while (!reached(consumer, tps, end)) {
-                if (Instant.now().isAfter(deadline)) {
-                    throw new Mismatch(isolation + " consumer did not reach the end offsets " + end
-                            + " before the deadline; read so far: " + seen);
-                }
-                for (ConsumerRecord<String, String> rec : consumer.poll(Duration.ofMillis(200))) {
-                    seen.get(rec.partition()).add(rec.value());
-                }
-            }
-        }
-        return seen;
-    }
-
     private static Map<Integer, List<String>> perPartition() {
         Map<Integer, List<String>> m = new HashMap<>();
         for (int p = 0; p < PARTITIONS; p++) {
             m.put(p, new ArrayList<>());
         }
         return m;
-    }
-
-    private static boolean reached(KafkaConsumer<String, String> consumer, List<TopicPartition> tps,
-            Map<TopicPartition, Long> end) {
-        for (TopicPartition tp : tps) {
-            if (consumer.position(tp, Env.CALL_TIMEOUT) < end.get(tp)) {
-                return false;
-            }
-        }
-        return true;
     }
 
     private static void compare(String isolation, Map<Integer, List<String>> want, Map<Integer, List<String>> got)

@@ -1,0 +1,96 @@
+package eos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// startOffsets returns the group's share-partition start offsets of
+// topic: every record below one is acknowledged, rejected or archived.
+func startOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	described, err := adm.DescribeShareGroupOffsets(ctx, group)
+	if err != nil {
+		return nil, fmt.Errorf("share-group offsets of %s: %w", group, err)
+	}
+	out := map[int32]int64{}
+	d := described[group]
+	for p, o := range d.Offsets[topic] {
+		if o.Err == nil && o.StartOffset >= 0 {
+			out[p] = o.StartOffset
+		}
+	}
+	return out, nil
+}
+
+// watcher follows a running pipeline: it polls the group's start offsets
+// until every input is acknowledged, and reports progress about once a
+// second, saying what the run waits for when nothing moved.
+type watcher struct {
+	adm      *kadm.Client
+	group    string
+	in       *Input
+	stats    *runStats
+	log      *slog.Logger
+	progress func(Progress) // nil: no reports
+	labels   [3]string      // what Committed and Aborted count (Progress.Labels)
+	// counts returns Committed and Aborted for a report.
+	counts func() (committed, aborted int64)
+	// outputs returns Outputs for a report (nil: stats.outputs).
+	outputs func() int64
+	// idle says why nothing moved when no known wait explains it.
+	idle func() string
+}
+
+// watch returns once every input is acknowledged, with nil, or when ctx
+// ends, with ctx's error.
+func (w *watcher) watch(ctx context.Context, start time.Time) error {
+	ticker := time.NewTicker(250 * time.Millisecond)
+	defer ticker.Stop()
+	lastReport, lastMoved := time.Now(), time.Now()
+	var last Progress
+	for {
+		offsets, err := startOffsets(ctx, w.adm, w.group, w.in.Topic)
+		switch {
+		case err == nil && w.in.CountAcknowledged(offsets) >= w.in.N:
+			return nil
+		case err != nil && ctx.Err() == nil:
+			w.log.Debug("describing share-group offsets", "err", err)
+		}
+		if now := time.Now(); w.progress != nil && now.Sub(lastReport) >= time.Second {
+			p := w.report(now.Sub(start))
+			if p.Outputs != last.Outputs || p.Acknowledged != last.Acknowledged || p.Committed != last.Committed || p.Aborted != last.Aborted {
+				lastMoved = now
+			} else if p.Waiting = w.stats.waits.describe(now); p.Waiting == "" {
+				p.Waiting = fmt.Sprintf("nothing moved for %.1fs: %s", now.Sub(lastMoved).Seconds(), w.idle())
+			}
+			lastReport, last = now, p
+			w.progress(p)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+func (w *watcher) report(elapsed time.Duration) Progress {
+	committed, aborted := w.counts()
+	outputs := w.stats.outputs.Load()
+	if w.outputs != nil {
+		outputs = w.outputs()
+	}
+	return Progress{
+		Elapsed:      elapsed,
+		Inputs:       w.in.N,
+		Outputs:      outputs,
+		Acknowledged: w.stats.acked.Load(),
+		Committed:    committed,
+		Aborted:      aborted,
+		Labels:       w.labels,
+	}
+}
