@@ -112,7 +112,7 @@ type fetchFill struct {
 }
 
 // prepare copies the batches into the answer; it runs off the loop.
-func (a *fetchAnswer) prepare() {
+func (a *fetchAnswer) prepare() kmsg.Response {
 	for _, f := range a.fills {
 		out := make([]byte, 0, f.size)
 		for _, b := range f.batches {
@@ -121,6 +121,7 @@ func (a *fetchAnswer) prepare() {
 		a.Topics[f.topic].Partitions[f.partition].RecordBatches = out
 	}
 	a.fills = nil
+	return a.FetchResponse
 }
 
 // fetch builds the answer to a fetch as of now.

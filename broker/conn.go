@@ -264,19 +264,26 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 	case <-c.dying:
 		return nil, false, nil
 	}
+	if lazy, ok := resp.(lazyAnswer); ok {
+		resp = lazy.prepare() // copy record bytes here, off the loop
+	}
 	if fault.afterHandling(resp) {
 		return nil, false, nil
 	}
 	if resp == nil {
 		return nil, true, nil
 	}
-	if pr, ok := resp.(interface{ prepare() }); ok {
-		pr.prepare() // copy record bytes here, off the loop
-	}
 	if pr, ok := kreq.(*kmsg.ProduceRequest); ok && pr.Acks == 0 {
 		return nil, true, nil // acks=0: Kafka sends no response
 	}
 	return c.encodeResponse(hdr, resp), true, nil
+}
+
+// lazyAnswer is an answer whose bulk (record bytes) the loop leaves to the
+// connection's goroutine: prepare fills it in and returns the response to
+// encode.
+type lazyAnswer interface {
+	prepare() kmsg.Response
 }
 
 func skipTags(r *kbin.Reader) {

@@ -197,7 +197,7 @@ type shareFetchFill struct {
 }
 
 // prepare copies the batches into the answer; it runs off the loop.
-func (a *shareFetchAnswer) prepare() {
+func (a *shareFetchAnswer) prepare() kmsg.Response {
 	for _, f := range a.fills {
 		rp := shareFetchPartitionResp(a.ShareFetchResponse, f.tp)
 		for _, b := range f.batches {
@@ -205,6 +205,7 @@ func (a *shareFetchAnswer) prepare() {
 		}
 	}
 	a.fills = nil
+	return a.ShareFetchResponse
 }
 
 // fetchInto acquires records for the session's member from the session's
