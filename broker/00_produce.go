@@ -20,7 +20,11 @@ package broker
 // max.message.bytes (default 1048588, Kafka's message.max.bytes) is
 // MESSAGE_TOO_LARGE for its partition, checked before the CRC as Kafka
 // checks it; the size is the whole batch, its 12-byte log overhead
-// included (topic_limits.go). Skipped: quotas, record-level
+// included (topic_limits.go). Past the MaxBytes budget a partition's
+// records are refused with POLICY_VIOLATION and a message naming the
+// budget (docs/broker.md). Like Kafka, a partition named twice is appended
+// once, with the records given last, and answered once. Skipped: quotas,
+// record-level
 // validation of compressed batches (the broker stores batches as they
 // arrive), timestamp overrides.
 
@@ -48,7 +52,7 @@ func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
 	if req.TransactionID == nil && hasTransactionalRecords(req) {
 		refuseAll = kerr.TransactionalIDAuthorizationFailed
 	}
-	appended := false
+	dedupProducePartitions(req)
 	for _, rt := range req.Topics {
 		st := kmsg.NewProduceResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
@@ -64,17 +68,58 @@ func handleProduce(c *Cluster, r *request) (kmsg.Response, error) {
 			}
 			if errCode != nil {
 				sp.ErrorCode = errCode.Code
-			} else {
-				appended = true
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	if appended {
-		c.wakeFetches()
-	}
 	return resp, nil // handleFrame drops it for acks=0
+}
+
+// dedupProducePartitions rewrites a produce that names a partition twice
+// as Kafka reads it: one append, of the records given last, answered once
+// (here in the place of the first mention).
+func dedupProducePartitions(req *kmsg.ProduceRequest) {
+	type key struct {
+		name      string
+		id        [16]byte
+		partition int32
+	}
+	type at struct{ topic, partition int }
+	seen := make(map[key]at)
+	dup := false
+	for ti, rt := range req.Topics {
+		for pi, rp := range rt.Partitions {
+			k := key{name: rt.Topic, id: rt.TopicID, partition: rp.Partition}
+			if first, ok := seen[k]; ok {
+				req.Topics[first.topic].Partitions[first.partition].Records = rp.Records
+				dup = true
+				continue
+			}
+			seen[k] = at{ti, pi}
+		}
+	}
+	if !dup {
+		return
+	}
+	kept := make(map[at]bool, len(seen))
+	for _, a := range seen {
+		kept[a] = true
+	}
+	topics := req.Topics[:0]
+	for ti, rt := range req.Topics {
+		parts := rt.Partitions[:0]
+		for pi, rp := range rt.Partitions {
+			if kept[at{ti, pi}] {
+				parts = append(parts, rp)
+			}
+		}
+		if len(parts) > 0 {
+			rt.Partitions = parts
+			topics = append(topics, rt)
+		}
+	}
+	req.Topics = topics
 }
 
 func hasTransactionalRecords(req *kmsg.ProduceRequest) bool {
@@ -129,6 +174,10 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 			return be.code
 		}
 		return kerr.CorruptMessage
+	}
+	if err, msg := c.checkBudget(batches); err != nil {
+		sp.ErrorMessage = &msg
+		return err
 	}
 	for i, b := range batches {
 		if b.txn {

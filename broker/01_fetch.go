@@ -9,9 +9,20 @@ package broker
 // of the returned range, the client's current leader epoch checked
 // (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), OFFSET_OUT_OF_RANGE (with
 // the offsets of the answer left at -1, as Kafka leaves them), whole
-// batches with at least one batch per partition even past the byte limits,
-// and MaxWaitMillis long polls answered when MinBytes arrive or the wait
-// ends. Skipped: follower fetches (there are no followers), preferred read
+// batches, the first partition with data getting one batch even past the
+// byte limits (KIP-74) and the others only what fits, and MaxWaitMillis long polls answered when MinBytes arrive or the wait
+// ends. As in Kafka, MaxBytes is capped by the broker's fetch.max.bytes
+// (FetchMaxBytes, 55 MiB), each partition by its PartitionMaxBytes, and a
+// partition named twice is answered once, with the parameters of its last
+// mention, in the place of its first.
+//
+// Cost: finding the batches is O(log n) per partition; the loop only
+// collects references to them, and the connection's goroutine copies the
+// bytes while it encodes the answer (stored batches are never written
+// again). A parked fetch watches its partitions (watch.go): a change to one
+// of them re-counts that partition's readable bytes in O(log n), from the
+// batches' running byte counts, and the answer is built once, when it is
+// sent. Skipped: follower fetches (there are no followers), preferred read
 // replicas, diverging-epoch truncation hints.
 
 import (
@@ -23,12 +34,6 @@ import (
 
 func init() { registerAPI(apiSpec{key: 1, min: 4, max: 17, handle: handleFetch}) }
 
-// fetchWait is a long poll parked until data arrives or its deadline.
-type fetchWait struct {
-	r        *request
-	deadline time.Time
-}
-
 func handleFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.FetchRequest)
 	if req.Version >= 7 && req.SessionID != 0 || req.SessionEpoch > 0 {
@@ -36,61 +41,96 @@ func handleFetch(c *Cluster, r *request) (kmsg.Response, error) {
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		return resp, nil
 	}
-	resp, bytes := c.fetch(r)
-	if bytes >= int(req.MinBytes) || req.MaxWaitMillis <= 0 || fetchHasError(resp) {
-		return resp, nil
-	}
-	c.fetchWaits = append(c.fetchWaits, &fetchWait{r: r, deadline: time.Now().Add(c.longPoll(req.MaxWaitMillis))})
-	return nil, nil
-}
-
-func fetchHasError(resp *kmsg.FetchResponse) bool {
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if p.ErrorCode != 0 {
-				return true
-			}
+	dedupFetchPartitions(req)
+	if req.MaxWaitMillis > 0 && req.MinBytes > 0 {
+		if w := c.parkFetch(r); w != nil {
+			return nil, nil
 		}
 	}
-	return false
+	return c.fetch(r), nil
 }
 
-// wakeFetches re-runs parked fetches (and parked share fetches) after an
-// append, answering those that now have data.
-func (c *Cluster) wakeFetches() {
-	now := time.Now()
-	c.sweepFetches(now)
-	c.coordinators.share.sweepWaits(now)
-}
-
-func (c *Cluster) sweepFetches(now time.Time) {
-	if len(c.fetchWaits) == 0 {
+// dedupFetchPartitions rewrites a fetch that names a partition twice as
+// Kafka reads it: once, with its last parameters, in the place of its
+// first mention, consecutive partitions of one topic under one topic entry.
+func dedupFetchPartitions(req *kmsg.FetchRequest) {
+	type key struct {
+		name      string
+		id        [16]byte
+		partition int32
+	}
+	seen := make(map[key]int)
+	type entry struct {
+		topic kmsg.FetchRequestTopic
+		part  kmsg.FetchRequestTopicPartition
+	}
+	var entries []entry
+	dup := false
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			k := key{id: rt.TopicID, partition: rp.Partition}
+			if req.Version < 13 {
+				k = key{name: rt.Topic, partition: rp.Partition}
+			}
+			if i, ok := seen[k]; ok {
+				entries[i].part = rp
+				dup = true
+				continue
+			}
+			seen[k] = len(entries)
+			entries = append(entries, entry{topic: rt, part: rp})
+		}
+	}
+	if !dup {
 		return
 	}
-	kept := c.fetchWaits[:0]
-	for _, w := range c.fetchWaits {
-		req := w.r.kreq.(*kmsg.FetchRequest)
-		resp, bytes := c.fetch(w.r)
-		if bytes >= int(req.MinBytes) || !now.Before(w.deadline) || fetchHasError(resp) {
-			w.r.respond(resp)
+	var topics []kmsg.FetchRequestTopic
+	for _, e := range entries {
+		if n := len(topics); n > 0 && topics[n-1].Topic == e.topic.Topic && topics[n-1].TopicID == e.topic.TopicID {
+			topics[n-1].Partitions = append(topics[n-1].Partitions, e.part)
 			continue
 		}
-		kept = append(kept, w)
+		rt := e.topic
+		rt.Partitions = []kmsg.FetchRequestTopicPartition{e.part}
+		topics = append(topics, rt)
 	}
-	for i := len(kept); i < len(c.fetchWaits); i++ {
-		c.fetchWaits[i] = nil
-	}
-	c.fetchWaits = kept
+	req.Topics = topics
 }
 
-// fetch builds the response to a fetch as of now, and how many record bytes
-// it carries.
-func (c *Cluster) fetch(r *request) (*kmsg.FetchResponse, int) {
+// fetchAnswer is a Fetch response whose record bytes are copied from the
+// stored batches by the connection's goroutine (prepare), not the loop.
+type fetchAnswer struct {
+	*kmsg.FetchResponse
+	fills []fetchFill
+}
+
+// fetchFill is one partition's batches, to be copied into its answer.
+type fetchFill struct {
+	topic, partition int // indexes in Topics and their Partitions
+	batches          []*storedBatch
+	size             int
+}
+
+// prepare copies the batches into the answer; it runs off the loop.
+func (a *fetchAnswer) prepare() kmsg.Response {
+	for _, f := range a.fills {
+		out := make([]byte, 0, f.size)
+		for _, b := range f.batches {
+			out = append(out, b.raw...)
+		}
+		a.Topics[f.topic].Partitions[f.partition].RecordBatches = out
+	}
+	a.fills = nil
+	return a.FetchResponse
+}
+
+// fetch builds the answer to a fetch as of now.
+func (c *Cluster) fetch(r *request) *fetchAnswer {
 	req := r.kreq.(*kmsg.FetchRequest)
-	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	ans := &fetchAnswer{FetchResponse: req.ResponseKind().(*kmsg.FetchResponse)}
 	maxBytes := req.MaxBytes
-	if req.Version < 3 || maxBytes <= 0 {
-		maxBytes = 1 << 30
+	if maxBytes <= 0 || maxBytes > c.cfg.fetchMaxBytes {
+		maxBytes = c.cfg.fetchMaxBytes
 	}
 	total := 0
 	for _, rt := range req.Topics {
@@ -107,34 +147,35 @@ func (c *Cluster) fetch(r *request) (*kmsg.FetchResponse, int) {
 			if remaining := maxBytes - int32(total); remaining < limit {
 				limit = remaining
 			}
-			if err := c.fetchPartition(r.node.id, t, unknown, req.IsolationLevel, rp, limit, total == 0, &sp); err != nil {
+			batches, err := c.fetchPartition(r.node.id, t, unknown, req.IsolationLevel, rp, limit, total == 0, &sp)
+			if err != nil {
 				sp.ErrorCode = err.Code
 			}
-			total += len(sp.RecordBatches)
+			if len(batches) > 0 {
+				f := fetchFill{topic: len(ans.Topics), partition: len(st.Partitions), batches: batches}
+				for _, b := range batches {
+					f.size += len(b.raw)
+				}
+				total += f.size
+				ans.fills = append(ans.fills, f)
+			}
 			st.Partitions = append(st.Partitions, sp)
 		}
-		resp.Topics = append(resp.Topics, st)
+		ans.Topics = append(ans.Topics, st)
 	}
-	return resp, total
+	c.stats.fetchAnswers++
+	c.stats.fetchBytes += int64(total)
+	return ans
 }
 
-func (c *Cluster) fetchPartition(node int32, t *topic, unknown *kerr.Error, isolation int8, rp kmsg.FetchRequestTopicPartition, limit int32, first bool, sp *kmsg.FetchResponseTopicPartition) *kerr.Error {
-	if t == nil {
-		return unknown
-	}
-	if rp.Partition < 0 || int(rp.Partition) >= len(t.partitions) {
-		return kerr.UnknownTopicOrPartition
-	}
-	p := t.partitions[rp.Partition]
-	if err := p.checkLeader(node, rp.CurrentLeaderEpoch); err != nil {
+// fetchPartition fills sp's offsets and returns the batches to answer with.
+func (c *Cluster) fetchPartition(node int32, t *topic, unknown *kerr.Error, isolation int8, rp kmsg.FetchRequestTopicPartition, limit int32, first bool, sp *kmsg.FetchResponseTopicPartition) ([]*storedBatch, *kerr.Error) {
+	p, err := fetchablePartition(node, t, unknown, rp)
+	if err != nil {
 		if err == kerr.NotLeaderForPartition {
 			sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = p.leader, p.leaderEpoch
 		}
-		return err
-	}
-	if rp.FetchOffset < p.logStart || rp.FetchOffset > p.next {
-		// Kafka leaves the offsets at -1 in this answer too.
-		return kerr.OffsetOutOfRange
+		return nil, err
 	}
 	sp.HighWatermark = p.next
 	sp.LastStableOffset = p.lastStableOffset()
@@ -143,30 +184,118 @@ func (c *Cluster) fetchPartition(node int32, t *topic, unknown *kerr.Error, isol
 	if isolation == 1 {
 		upTo = sp.LastStableOffset
 	}
-	if limit <= 0 && !first {
-		return nil
-	}
-	batches := p.read(rp.FetchOffset, upTo, limit)
-	if len(batches) == 0 {
-		return nil
-	}
-	size := 0
-	for _, b := range batches {
-		size += len(b.raw)
-	}
-	out := make([]byte, 0, size)
-	for _, b := range batches {
-		out = append(out, b.raw...)
-	}
-	sp.RecordBatches = out
-	if isolation == 1 {
+	batches := p.read(rp.FetchOffset, upTo, limit, first)
+	if len(batches) > 0 && isolation == 1 {
 		for _, a := range p.abortedIn(rp.FetchOffset, batches[len(batches)-1].last) {
 			at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
 			at.ProducerID, at.FirstOffset = a.pid, a.first
 			sp.AbortedTransactions = append(sp.AbortedTransactions, at)
 		}
 	}
-	return nil
+	return batches, nil
+}
+
+// fetchablePartition returns the partition a fetch reads, or why it
+// cannot; for NOT_LEADER_OR_FOLLOWER it returns the partition too.
+func fetchablePartition(node int32, t *topic, unknown *kerr.Error, rp kmsg.FetchRequestTopicPartition) (*partition, *kerr.Error) {
+	if t == nil {
+		return nil, unknown
+	}
+	if rp.Partition < 0 || int(rp.Partition) >= len(t.partitions) {
+		return nil, kerr.UnknownTopicOrPartition
+	}
+	p := t.partitions[rp.Partition]
+	if err := p.checkLeader(node, rp.CurrentLeaderEpoch); err != nil {
+		return p, err
+	}
+	if rp.FetchOffset < p.logStart || rp.FetchOffset > p.next {
+		// Kafka leaves the offsets at -1 in this answer too.
+		return nil, kerr.OffsetOutOfRange
+	}
+	return p, nil
+}
+
+// fetchWait is a long poll parked until MinBytes are readable, a partition
+// has an error to report, or its deadline.
+type fetchWait struct {
+	c        *Cluster
+	r        *request
+	minBytes int64
+	total    int64 // the sum of the parts' readable bytes
+	parts    map[*partition]*fetchWaitPart
+	deadline *timer
+}
+
+// fetchWaitPart is one partition a parked fetch reads.
+type fetchWaitPart struct {
+	rp       kmsg.FetchRequestTopicPartition
+	t        *topic
+	readable int64
+}
+
+// parkFetch parks r if its partitions do not yet hold MinBytes and none has
+// an error to answer; it returns nil when r must be answered now.
+func (c *Cluster) parkFetch(r *request) *fetchWait {
+	req := r.kreq.(*kmsg.FetchRequest)
+	w := &fetchWait{c: c, r: r, minBytes: int64(req.MinBytes), parts: make(map[*partition]*fetchWaitPart)}
+	for _, rt := range req.Topics {
+		t, unknown := c.topicForRequest(req.Version >= 13, rt.Topic, rt.TopicID)
+		for _, rp := range rt.Partitions {
+			p, err := fetchablePartition(r.node.id, t, unknown, rp)
+			if err != nil {
+				return nil
+			}
+			part := &fetchWaitPart{rp: rp, t: t}
+			part.readable = w.readable(p, part)
+			w.parts[p] = part
+			w.total += part.readable
+		}
+	}
+	if w.total >= w.minBytes {
+		return nil
+	}
+	for p := range w.parts {
+		c.watch(p, w)
+	}
+	w.deadline = newTimer(func(time.Time) { w.answer() })
+	c.arm(w.deadline, time.Now().Add(c.longPoll(req.MaxWaitMillis)))
+	return w
+}
+
+// readable is how many bytes a fetch of part could read from p now, as
+// Kafka's DelayedFetch counts them: at most the partition's max bytes.
+func (w *fetchWait) readable(p *partition, part *fetchWaitPart) int64 {
+	upTo := p.next
+	if w.r.kreq.(*kmsg.FetchRequest).IsolationLevel == 1 {
+		upTo = p.lastStableOffset()
+	}
+	return min(p.bytesBetween(part.rp.FetchOffset, upTo), int64(max(part.rp.PartitionMaxBytes, 0)))
+}
+
+func (w *fetchWait) partitionChanged(p *partition, _ time.Time) {
+	part := w.parts[p]
+	if part == nil {
+		return
+	}
+	if _, err := fetchablePartition(w.r.node.id, part.t, nil, part.rp); err != nil || p.deleted {
+		w.answer() // a partition has an error to report
+		return
+	}
+	n := w.readable(p, part)
+	w.total += n - part.readable
+	part.readable = n
+	if w.total >= w.minBytes {
+		w.answer()
+	}
+}
+
+// answer builds and sends the answer and forgets the wait.
+func (w *fetchWait) answer() {
+	for p := range w.parts {
+		w.c.unwatch(p, w)
+	}
+	w.c.disarm(w.deadline)
+	w.r.respond(w.c.fetch(w.r))
 }
 
 // longPoll bounds a client's MaxWaitMillis by the broker's cap.

@@ -14,8 +14,13 @@ package broker
 // An answer with no offset has leader epoch -1; a found record carries the
 // leader epoch of its batch. Other negative timestamps (-6, earliest
 // pending upload, needs v11) are UNSUPPORTED_VERSION, as Kafka answers.
-// The client's current leader epoch is checked. Skipped: v0's
-// MaxNumOffsets form.
+// The client's current leader epoch is checked. As Kafka 4.4 answers, a
+// partition named more than once is answered once, with INVALID_REQUEST,
+// and the answer has one entry per topic, its partitions in the order the
+// request first names them. Lookups are O(log n) in the partition's
+// batches: by offset with a binary search, by timestamp (and -3) with the
+// log's max-timestamp tree (log_index.go). Skipped: v0's MaxNumOffsets
+// form.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -27,20 +32,51 @@ func init() { registerAPI(apiSpec{key: 2, min: 1, max: 10, handle: handleListOff
 func handleListOffsets(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.ListOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+	type at struct{ topic, partition int }
+	places := make(map[groupTP]at)
+	dups := make(map[groupTP]bool)
+	slots := topicSlots{}
+	var asked []kmsg.ListOffsetsRequestTopicPartition // by place, in resp order
+	var askedTopic []*topic
 	for _, rt := range req.Topics {
-		st := kmsg.NewListOffsetsResponseTopic()
-		st.Topic = rt.Topic
-		t := c.topics[rt.Topic]
+		ti := slots.slot(rt.Topic, func() {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			resp.Topics = append(resp.Topics, st)
+		})
 		for _, rp := range rt.Partitions {
+			tp := groupTP{topic: rt.Topic, partition: rp.Partition}
+			if _, seen := places[tp]; seen {
+				dups[tp] = true
+				continue
+			}
+			st := &resp.Topics[ti]
+			places[tp] = at{ti, len(st.Partitions)}
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
-			if err := listOffset(r.node.id, t, req.IsolationLevel, rp, &sp); err != nil {
+			st.Partitions = append(st.Partitions, sp)
+			asked = append(asked, rp)
+			askedTopic = append(askedTopic, c.topics[rt.Topic])
+		}
+	}
+	i := 0
+	for ti := range resp.Topics {
+		for pi := range resp.Topics[ti].Partitions {
+			sp := &resp.Topics[ti].Partitions[pi]
+			tp := groupTP{topic: resp.Topics[ti].Topic, partition: sp.Partition}
+			rp, t := asked[i], askedTopic[i]
+			i++
+			var err *kerr.Error
+			if dups[tp] {
+				err = kerr.InvalidRequest
+			} else {
+				err = listOffset(r.node.id, t, req.IsolationLevel, rp, sp)
+			}
+			if err != nil {
 				sp.ErrorCode = err.Code
 			}
-			st.Partitions = append(st.Partitions, sp)
 		}
-		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil
 }
@@ -63,13 +99,8 @@ func listOffset(node int32, t *topic, isolation int8, rp kmsg.ListOffsetsRequest
 	case -2, -4:
 		sp.Offset = p.logStart
 	case -3:
-		var best *storedBatch
-		for _, b := range p.batches {
-			if best == nil || b.maxTs > best.maxTs {
-				best = b
-			}
-		}
-		if best != nil {
+		if i := p.maxTimestampBatch(); i >= 0 {
+			best := p.batches[i]
 			sp.Offset, sp.Timestamp = best.last, best.maxTs
 			if recs, ok := recordTimes(best.raw); ok {
 				for _, rt := range recs {
@@ -86,10 +117,8 @@ func listOffset(node int32, t *topic, isolation int8, rp kmsg.ListOffsetsRequest
 		if rp.Timestamp < 0 {
 			return kerr.UnsupportedVersion
 		}
-		for _, b := range p.batches {
-			if b.maxTs < rp.Timestamp {
-				continue
-			}
+		if i := p.firstBatchAtTime(rp.Timestamp); i >= 0 {
+			b := p.batches[i]
 			sp.Offset, sp.Timestamp = b.base, b.maxTs
 			if recs, ok := recordTimes(b.raw); ok {
 				for _, rt := range recs {
@@ -100,7 +129,6 @@ func listOffset(node int32, t *topic, isolation int8, rp kmsg.ListOffsetsRequest
 				}
 			}
 			sp.LeaderEpoch = b.leaderEpoch()
-			break
 		}
 	}
 	if sp.Offset < 0 {

@@ -19,8 +19,9 @@ package broker
 // commit with v9+ (UNSUPPORTED_VERSION), and its epoch must not be ahead
 // of the member's (STALE_MEMBER_EPOCH); an older epoch is accepted per
 // partition for partitions assigned to the member at that epoch or before
-// (KIP-1251), STALE_MEMBER_EPOCH for the others. Skipped: v2-4's retention
-// time (offsets never expire here).
+// (KIP-1251), STALE_MEMBER_EPOCH for the others. Offsets expire by the
+// broker's OffsetsRetention (group_expiry.go). Skipped: v2-4's per-request
+// retention time (the broker-wide one applies).
 
 import (
 	"time"

@@ -41,7 +41,9 @@ func handleJoinGroup(c *Cluster, r *request) (kmsg.Response, error) {
 	if err != nil {
 		return joinError(err), nil
 	}
-	if resp := g.join(st, r, req, time.Now()); resp != nil {
+	now := time.Now()
+	defer g.reschedule(st, req.Group, now)
+	if resp := g.join(st, r, req, now); resp != nil {
 		return resp, nil
 	}
 	return nil, nil // answered when the join phase completes

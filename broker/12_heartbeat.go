@@ -7,8 +7,8 @@ package broker
 // member to rejoin; UNKNOWN_MEMBER_ID (including a group that does not
 // exist or an expired member), ILLEGAL_GENERATION and FENCED_INSTANCE_ID
 // (v3+) as Kafka answers them. A member whose session timeout passes
-// without a heartbeat, join or sync is removed by the coordinator's sweep,
-// which starts a rebalance.
+// without a heartbeat, join or sync is removed when the group's timer
+// fires (group_expiry.go), which starts a rebalance.
 
 import (
 	"time"

@@ -36,7 +36,9 @@ func handleLeaveGroup(c *Cluster, r *request) (kmsg.Response, error) {
 		resp.ErrorCode = err.Code
 		return resp, nil
 	}
-	groupErr, errs := g.leave(st, req.Group, members, time.Now())
+	now := time.Now()
+	groupErr, errs := g.leave(st, req.Group, members, now)
+	g.reschedule(st, req.Group, now)
 	switch {
 	case groupErr != nil:
 		resp.ErrorCode = groupErr.Code

@@ -29,7 +29,9 @@ func handleSyncGroup(c *Cluster, r *request) (kmsg.Response, error) {
 	if err != nil {
 		return syncError(err), nil
 	}
-	if resp := g.sync(st, r, req, time.Now()); resp != nil {
+	now := time.Now()
+	defer g.reschedule(st, req.Group, now)
+	if resp := g.sync(st, r, req, now); resp != nil {
 		return resp, nil
 	}
 	return nil, nil // answered when the leader's assignments arrive

@@ -26,11 +26,12 @@ func handleListGroups(c *Cluster, r *request) (kmsg.Response, error) {
 	keep := func(state, groupType string) bool {
 		return matchesFilter(req.StatesFilter, state) && matchesFilter(req.TypesFilter, groupType)
 	}
-	for st := range g.live {
-		if sh, err := g.shards.lookup(st.node, st.partition); st.node != r.node.id || err != nil || sh.state != st {
+	for key := range g.shards.loaded {
+		sh, err := g.shards.lookup(key.node, key.partition)
+		if key.node != r.node.id || err != nil {
 			continue
 		}
-		for name, grp := range st.groups {
+		for name, grp := range sh.state.groups {
 			protocolType, state, groupType := grp.protocolType, grp.state.String(), "classic"
 			if grp.consumer != nil {
 				protocolType, state, groupType = "consumer", grp.consumer.state(), "consumer"

@@ -17,7 +17,6 @@ package broker
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -36,6 +35,7 @@ func handleCreateTopics(c *Cluster, r *request) (kmsg.Response, error) {
 		count[rt.Topic]++
 	}
 	answered := make(map[string]bool, len(req.Topics))
+	resp.Topics = make([]kmsg.CreateTopicsResponseTopic, 0, len(req.Topics))
 	for _, rt := range req.Topics {
 		if answered[rt.Topic] {
 			continue
@@ -60,15 +60,37 @@ func handleCreateTopics(c *Cluster, r *request) (kmsg.Response, error) {
 			st.TopicID = t.id
 			st.NumPartitions = t.partitions
 			st.ReplicationFactor = 1
-			for _, e := range effectiveTopicConfigs(t.configs) {
-				cfg := kmsg.NewCreateTopicsResponseTopicConfig()
-				cfg.Name, cfg.Value, cfg.Source = e.name, kmsg.StringPtr(e.value), e.source
-				st.Configs = append(st.Configs, cfg)
-			}
+			st.Configs = createdTopicConfigs(t.configs)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, nil
+}
+
+// defaultCreatedConfigs is the config list of a topic created without
+// configs. Every such answer shares it: answers are only read, and a
+// request creating thousands of topics then costs no more than their
+// names.
+var defaultCreatedConfigs = topicConfigList(nil)
+
+// createdTopicConfigs lists every topic config with its value and source,
+// for a CreateTopics answer.
+func createdTopicConfigs(set map[string]string) []kmsg.CreateTopicsResponseTopicConfig {
+	if len(set) == 0 {
+		return defaultCreatedConfigs
+	}
+	return topicConfigList(set)
+}
+
+func topicConfigList(set map[string]string) []kmsg.CreateTopicsResponseTopicConfig {
+	entries := effectiveTopicConfigs(set)
+	out := make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(entries))
+	for _, e := range entries {
+		cfg := kmsg.NewCreateTopicsResponseTopicConfig()
+		cfg.Name, cfg.Value, cfg.Source = e.name, kmsg.StringPtr(e.value), e.source
+		out = append(out, cfg)
+	}
+	return out
 }
 
 type topicError struct {
@@ -142,16 +164,10 @@ func (c *Cluster) createTopicFromRequest(rt kmsg.CreateTopicsRequestTopic, valid
 
 // collidingTopic returns an existing topic whose name equals name once '.'
 // and '_' are treated alike (Kafka refuses such a pair: their metric names
-// would clash), or "".
+// would clash), or "". The index makes it O(1) per name.
 func (c *Cluster) collidingTopic(name string) string {
-	if !strings.ContainsAny(name, "._") {
-		return ""
-	}
-	norm := strings.ReplaceAll(name, ".", "_")
-	for other := range c.topics {
-		if other != name && strings.ReplaceAll(other, ".", "_") == norm {
-			return other
-		}
+	if t := c.topicsByNorm[normalizedTopicName(name)]; t != nil && t.name != name {
+		return t.name
 	}
 	return ""
 }

@@ -3,9 +3,9 @@ package broker
 // DeleteTopics: versions 0-6.
 //
 // Deletes topics by name, or by id from v6. Internal topics cannot be
-// deleted (INVALID_TOPIC_EXCEPTION). Deletion is immediate; parked fetches
-// of the topic are answered with UNKNOWN_TOPIC_OR_PARTITION on the next
-// sweep.
+// deleted (INVALID_TOPIC_EXCEPTION). Deletion is immediate: parked fetches
+// of the topic are answered at once with UNKNOWN_TOPIC_OR_PARTITION, and
+// the topic's records stop counting against MaxBytes.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

@@ -35,7 +35,6 @@ func handleWriteTxnMarkers(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.WriteTxnMarkersRequest)
 	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
 	now := time.Now()
-	wrote := false
 	for _, m := range req.Markers {
 		rm := kmsg.NewWriteTxnMarkersResponseMarker()
 		rm.ProducerID = m.ProducerID
@@ -53,42 +52,37 @@ func handleWriteTxnMarkers(c *Cluster, r *request) (kmsg.Response, error) {
 			for _, idx := range t.Partitions {
 				rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
 				rp.Partition = idx
-				written, err := c.writeMarker(r.node.id, t.Topic, idx, check, now)
-				if err != nil {
+				if err := c.writeMarker(r.node.id, t.Topic, idx, check, now); err != nil {
 					rp.ErrorCode = err.Code
 				}
-				wrote = wrote || written
 				rt.Partitions = append(rt.Partitions, rp)
 			}
 			rm.Topics = append(rm.Topics, rt)
 		}
 		resp.Markers = append(resp.Markers, rm)
 	}
-	if wrote {
-		c.wakeFetches()
-	}
 	return resp, nil
 }
 
 // writeMarker validates and writes one marker at the leader node.
-func (c *Cluster) writeMarker(node int32, topicName string, index int32, check markerCheck, now time.Time) (bool, *kerr.Error) {
+func (c *Cluster) writeMarker(node int32, topicName string, index int32, check markerCheck, now time.Time) *kerr.Error {
 	p := c.partitionOf(topicName, index)
 	if p == nil {
-		return false, kerr.UnknownTopicOrPartition
+		return kerr.UnknownTopicOrPartition
 	}
 	if err := p.checkLeader(node, -1); err != nil {
-		return false, err
+		return err
 	}
 	cm, written, err := p.appendMarker(check, now)
 	if err != nil {
 		c.logger.Info("transaction marker refused", "topic", topicName, "partition", index,
 			"producer_id", check.pid, "marker_epoch", check.epoch, "strict", check.strict, "err", err)
-		return false, err
+		return err
 	}
 	if written && p.topic.internal {
 		if fn := c.markerListeners[topicName]; fn != nil {
 			fn(p, cm)
 		}
 	}
-	return written, nil
+	return nil
 }

@@ -43,7 +43,7 @@ func handleIncrementalAlterConfigs(c *Cluster, r *request) (kmsg.Response, error
 			t := c.topics[rr.ResourceName]
 			if t == nil {
 				err, msg = kerr.UnknownTopicOrPartition, "unknown topic"
-			} else if aerr := alterTopicConfigs(t, rr.Configs, req.ValidateOnly); aerr != "" {
+			} else if aerr := c.alterTopicConfigs(t, rr.Configs, req.ValidateOnly); aerr != "" {
 				err, msg = kerr.InvalidConfig, aerr
 			}
 		default:
@@ -60,7 +60,7 @@ func handleIncrementalAlterConfigs(c *Cluster, r *request) (kmsg.Response, error
 
 // alterTopicConfigs applies the operations to a copy of the topic's
 // configs and installs it unless validateOnly; it returns why it refused.
-func alterTopicConfigs(t *topic, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) string {
+func (c *Cluster) alterTopicConfigs(t *topic, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) string {
 	next := make(map[string]string, len(t.configs))
 	for k, v := range t.configs {
 		next[k] = v
@@ -99,7 +99,7 @@ func alterTopicConfigs(t *topic, ops []kmsg.IncrementalAlterConfigsRequestResour
 		}
 	}
 	if !validateOnly {
-		t.configs = next
+		c.setConfigs(t, next)
 	}
 	return ""
 }

@@ -8,8 +8,9 @@ package broker
 // last write, the coordinator epoch of the last marker, and the first
 // offset of its open transaction (-1 for none). Answered by the leader
 // only: NOT_LEADER_OR_FOLLOWER elsewhere, UNKNOWN_TOPIC_OR_PARTITION for a
-// partition that does not exist. Producers are listed by id. Skipped:
-// producer-state expiry (producer.id.expiration.ms) and authorization.
+// partition that does not exist. Producers are listed by id; a producer
+// idle for ProducerIDExpiration (Kafka's producer.id.expiration.ms) with
+// no open transaction is gone (producer_expiry.go). Skipped: authorization.
 
 import (
 	"sort"

@@ -66,7 +66,10 @@ func handleConsumerGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error)
 	if req.MemberID == "" {
 		req.MemberID = newMemberUUID() // v0, joining
 	}
-	resp, herr := g.consumerHeartbeat(sh.state, r, req, time.Now())
+	now := time.Now()
+	before := consumerShapeOf(sh.state, req.Group)
+	resp, herr := g.consumerHeartbeat(sh.state, r, req, now)
+	g.afterConsumerHeartbeat(sh.state, req.Group, req.MemberID, before, now)
 	if herr != nil {
 		c.logger.Debug("consumer group heartbeat refused", "group", req.Group, "member", req.MemberID,
 			"epoch", req.MemberEpoch, "err", herr.err, "why", herr.msg)

@@ -17,8 +17,8 @@ package broker
 // INVALID_REQUEST, RENEW refused when share.renew.acknowledge.enable is
 // false); a request with IsRenewAck fetches nothing (KIP-1222). Then
 // AVAILABLE records of the session's partitions are acquired for the
-// member, up to MaxRecords (the broker's default when 0) and MaxBytes, as
-// the group's share.isolation.level and share.partition.max.record.locks
+// member, up to MaxRecords (the broker's default when 0) and MaxBytes
+// (capped, like Fetch's, by FetchMaxBytes), as the group's share.isolation.level and share.partition.max.record.locks
 // allow, control records included (share_partition.go); a share-partition
 // that share.auto.offset.reset=by_duration cannot place yet answers
 // OFFSET_NOT_AVAILABLE. The response carries the stored batches that hold
@@ -60,10 +60,11 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	key := shareSessionKey{group: group, member: member, node: r.node.id}
 	var s *shareSession
 	if req.ShareSessionEpoch == 0 {
-		if g := sc.groups[group]; g == nil || g.members[member] == nil {
+		g := sc.groups[group]
+		if g == nil || g.members[member] == nil {
 			return fail(kerr.UnknownMemberID, "the member is not in the share group")
 		}
-		s = sc.openSession(key, now)
+		s = sc.openSession(key, g.members[member], now)
 	} else {
 		var err *kerr.Error
 		if s, err = sc.session(key, req.ShareSessionEpoch); err != nil {
@@ -116,20 +117,15 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	if lim.maxRecords <= 0 {
 		lim.maxRecords = int(c.cfg.shareMaxFetchRecords)
 	}
-	if lim.maxBytes <= 0 {
-		lim.maxBytes = 1 << 30
+	if lim.maxBytes <= 0 || lim.maxBytes > int(c.cfg.fetchMaxBytes) {
+		lim.maxBytes = int(c.cfg.fetchMaxBytes)
 	}
-	n, errs := sc.fetchInto(r.node.id, s, lim, resp, now)
+	ans := &shareFetchAnswer{ShareFetchResponse: resp}
+	n, errs := sc.fetchInto(r.node.id, s, lim, ans, now)
 	if n > 0 || errs || req.MaxWaitMillis <= 0 {
-		return resp, nil
+		return ans, nil
 	}
-	sc.waits = append(sc.waits, &shareFetchWait{
-		r:        r,
-		session:  s,
-		resp:     resp,
-		limits:   lim,
-		deadline: now.Add(c.longPoll(req.MaxWaitMillis)),
-	})
+	sc.park(r, s, ans, lim, c.longPoll(req.MaxWaitMillis), now)
 	return nil, nil
 }
 

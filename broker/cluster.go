@@ -37,23 +37,51 @@ type Cluster struct {
 	wg      sync.WaitGroup // listeners, connections and the run loop
 	closeMu sync.Once
 
-	connsMu sync.Mutex
-	conns   map[*clientConn]struct{}
+	connsMu        sync.Mutex
+	conns          map[*clientConn]struct{}
+	connsRefused   int       // connections closed at once by MaxConnections
+	lastRefusalLog time.Time // refusals are logged at most once a second
 
 	faults faultHooks // test fault injection (faults.go)
 
 	// Everything below is owned by the run loop.
-	topics          map[string]*topic
+	topics map[string]*topic
+	// topicsByNorm indexes topics by their name with '.' replaced by '_',
+	// so that CreateTopics finds a colliding name in O(1).
+	topicsByNorm    map[string]*topic
 	topicsByID      map[[16]byte]*topic
 	nextProducerID  int64
 	observers       map[int]func(node int32, req kmsg.Request)
 	nextObserverID  int
-	tickers         []func(now time.Time)
 	leaderListeners []func(p *partition, oldLeader int32)
+	deleteListeners []func(t *topic)
 	markerListeners map[string]func(p *partition, m controlMarker)
+	compactors      map[string]func(p *partition, now time.Time)
 	coordinators    coordinatorSet
-	fetchWaits      []*fetchWait
-	handlerPanics   int
+	timers          timerHeap
+	timerRun        uint64 // counts runTimers calls
+	changedParts    []*partition
+	// storedBytes is the size of every batch in every log: what the
+	// MaxBytes budget limits.
+	storedBytes   int64
+	overBudget    bool // the last produce checked was refused by MaxBytes
+	stats         loopStats
+	handlerPanics int
+}
+
+// loopStats counts work the loop does, so that tests can assert how work
+// grows with state (never how long it takes).
+type loopStats struct {
+	timersFired   int   // timers that fired
+	watchChecks   int   // parked requests re-evaluated after a partition changed
+	fetchAnswers  int   // Fetch answers built
+	fetchBytes    int64 // record bytes those answers carry (copied off the loop)
+	compactions   int   // coordinator log compactions
+	retentionRuns int   // retention checks of a partition
+	// longestTurn is the longest the loop spent on one event (a request,
+	// an admin call, a slice of timers) and what it set off: how long one
+	// thing delayed every other client. Benchmarks report it.
+	longestTurn time.Duration
 }
 
 // node is one listener of the cluster; its id is its index in Cluster.nodes.
@@ -85,10 +113,12 @@ func NewCluster(opts ...Opt) (*Cluster, error) {
 		dead:            make(chan struct{}),
 		conns:           make(map[*clientConn]struct{}),
 		topics:          make(map[string]*topic),
+		topicsByNorm:    make(map[string]*topic),
 		topicsByID:      make(map[[16]byte]*topic),
 		nextProducerID:  1000,
 		observers:       make(map[int]func(int32, kmsg.Request)),
 		markerListeners: make(map[string]func(*partition, controlMarker)),
+		compactors:      make(map[string]func(*partition, time.Time)),
 	}
 	for i := 0; i < cfg.nodes; i++ {
 		port := 0
@@ -109,7 +139,6 @@ func NewCluster(opts ...Opt) (*Cluster, error) {
 			port: int32(ln.Addr().(*net.TCPAddr).Port),
 		})
 	}
-	c.onTick(c.sweepFetches)
 	c.createInternalTopics()
 	c.initCoordinators()
 	c.wg.Add(1)
@@ -138,6 +167,15 @@ func (cfg *config) validate() error {
 		return fmt.Errorf("broker: FirstProducerEpoch(%d) must be in 0..%d", cfg.firstProducerEpoch, math.MaxInt16-1)
 	case cfg.legacyStaleCoordinator < 0, cfg.lateMarkerCopies < 0:
 		return errors.New("broker: debug durations must not be negative")
+	case cfg.fetchMaxBytes < 1:
+		return fmt.Errorf("broker: FetchMaxBytes(%d): must be positive", cfg.fetchMaxBytes)
+	case cfg.producerIDExpiry <= 0, cfg.txnIDExpiration <= 0, cfg.offsetsRetention <= 0,
+		cfg.retentionCheckInterval <= 0, cfg.readTimeout <= 0, cfg.connectionsMaxIdle <= 0:
+		return errors.New("broker: ProducerIDExpiration, TransactionalIDExpiration, OffsetsRetention, RetentionCheckInterval, ReadTimeout and ConnectionsMaxIdle must be positive")
+	case cfg.maxBytes < 0:
+		return fmt.Errorf("broker: MaxBytes(%d): must not be negative (0 is no budget)", cfg.maxBytes)
+	case cfg.maxConnections < 0:
+		return fmt.Errorf("broker: MaxConnections(%d): must not be negative (0 is no limit)", cfg.maxConnections)
 	case cfg.consumerSessionTimeout < time.Millisecond, cfg.consumerHeartbeatInterval < time.Millisecond:
 		return errors.New("broker: consumer group session timeout and heartbeat interval must be at least 1ms")
 	}
@@ -225,35 +263,55 @@ func (c *Cluster) after(d time.Duration, fn func()) {
 	}()
 }
 
-// run is the loop that owns all cluster state.
+// run is the loop that owns all cluster state. It sleeps until a request,
+// an admin call or the earliest timer (timers.go); after each event it
+// lets parked requests see what changed (watch.go).
 func (c *Cluster) run() {
 	defer c.wg.Done()
-	tick := time.NewTicker(c.cfg.tickInterval)
-	defer tick.Stop()
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
+	var wakeAt time.Time // when wake fires, if armed
+	armed := false
 	for {
+		switch next, ok := c.nextTimer(); {
+		case !ok && armed:
+			wake.Stop()
+			armed = false
+		case ok && (!armed || !next.Equal(wakeAt)):
+			wake.Reset(time.Until(next))
+			wakeAt, armed = next, true
+		}
+		var start time.Time
 		select {
 		case r := <-c.reqCh:
+			start = time.Now()
 			c.dispatch(r)
 		case fn := <-c.adminCh:
+			start = time.Now()
 			fn()
-		case now := <-tick.C:
-			for _, t := range c.tickers {
-				t(now)
-			}
+		case <-wake.C:
+			armed = false
+			start = time.Now()
+			c.runTimers(start)
 		case <-c.dying:
 			return
 		}
+		c.settle()
+		c.stats.longestTurn = max(c.stats.longestTurn, time.Since(start))
 	}
 }
-
-// onTick registers fn to run on the loop every tick interval; timeouts
-// (transactions, locks, sessions, fetch waits) are swept this way.
-func (c *Cluster) onTick(fn func(now time.Time)) { c.tickers = append(c.tickers, fn) }
 
 // onLeaderChange registers fn to run on the loop after a partition's
 // leadership moved; coordinators load and resign their shards here.
 func (c *Cluster) onLeaderChange(fn func(p *partition, oldLeader int32)) {
 	c.leaderListeners = append(c.leaderListeners, fn)
+}
+
+// onTopicDeleted registers fn to run on the loop after a topic is deleted;
+// whoever keeps state per partition drops it here.
+func (c *Cluster) onTopicDeleted(fn func(t *topic)) {
+	c.deleteListeners = append(c.deleteListeners, fn)
 }
 
 // onMarker registers the coordinator that owns an internal topic to hear of

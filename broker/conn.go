@@ -1,12 +1,14 @@
 package broker
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -35,7 +37,9 @@ func (r *request) respond(resp kmsg.Response) {
 // clientConn is one accepted connection. Kafka answers a connection's
 // requests in order, one at a time, and so does this broker: the connection
 // goroutine reads a request, waits for its answer, writes it, and only then
-// reads the next.
+// reads the next. Between requests a connection holds no buffer: a frame's
+// buffer is allocated as its bytes arrive and dropped once it is answered
+// (decoded requests may alias it, so it is never reused).
 type clientConn struct {
 	conn net.Conn
 	node *node
@@ -62,6 +66,21 @@ func (c *Cluster) accept(n *node) {
 			return
 		default:
 		}
+		if max := c.cfg.maxConnections; max > 0 && len(c.conns) >= max {
+			c.connsRefused++
+			logIt := time.Since(c.lastRefusalLog) >= time.Second
+			if logIt {
+				c.lastRefusalLog = time.Now()
+			}
+			refused := c.connsRefused
+			c.connsMu.Unlock()
+			conn.Close()
+			if logIt {
+				c.logger.Warn("connection refused: MaxConnections reached", "node", n.id,
+					"remote", conn.RemoteAddr().String(), "max_connections", max, "refused_so_far", refused)
+			}
+			continue
+		}
 		c.conns[cc] = struct{}{}
 		c.wg.Add(1)
 		c.connsMu.Unlock()
@@ -77,21 +96,15 @@ func (c *Cluster) serve(cc *clientConn) {
 		delete(c.conns, cc)
 		c.connsMu.Unlock()
 	}()
-	log := c.logger.With("node", cc.node.id, "remote", cc.conn.RemoteAddr().String())
-	rd := bufio.NewReaderSize(cc.conn, 64<<10)
-	var buf []byte
 	for {
-		frame, err := readFrame(rd, c.cfg.maxFrame, buf)
+		frame, err := c.readRequest(cc.conn)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				log.Warn("closing connection", "err", err)
-			}
+			c.logClose(cc, err)
 			return
 		}
-		buf = frame[:0]
 		out, keep, err := c.handleFrame(cc, frame)
 		if err != nil {
-			log.Warn("closing connection", "err", err)
+			c.logger.Warn("closing connection", "node", cc.node.id, "remote", cc.conn.RemoteAddr().String(), "err", err)
 			return
 		}
 		if !keep {
@@ -100,20 +113,69 @@ func (c *Cluster) serve(cc *clientConn) {
 		if out == nil {
 			continue // acks=0 produce: no response
 		}
+		// A client that stops reading its answers is cut off like one that
+		// stops sending.
+		if err := cc.conn.SetWriteDeadline(time.Now().Add(c.cfg.readTimeout)); err != nil {
+			return
+		}
 		if _, err := cc.conn.Write(out); err != nil {
 			return
 		}
 	}
 }
 
-// errFrameTooLarge and errMalformed are the reasons a connection is closed
-// for bad input.
+// The reasons a connection is closed.
 var (
 	errFrameTooLarge = errors.New("frame larger than the maximum")
 	errMalformed     = errors.New("malformed request")
+	errIdle          = errors.New("connection idle longer than ConnectionsMaxIdle")
+	errSlowRequest   = errors.New("request not received within ReadTimeout")
 )
 
-func readFrame(rd io.Reader, max int32, buf []byte) ([]byte, error) {
+// logClose logs why a connection ends; a client hanging up is not news.
+func (c *Cluster) logClose(cc *clientConn, err error) {
+	log := c.logger.With("node", cc.node.id, "remote", cc.conn.RemoteAddr().String())
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, errIdle):
+		log.Info("closing idle connection", "idle_timeout", c.cfg.connectionsMaxIdle)
+	default:
+		log.Warn("closing connection", "err", err)
+	}
+}
+
+// readRequest reads one frame from conn. The first byte may take up to
+// ConnectionsMaxIdle to come; from then on the whole frame must arrive
+// within ReadTimeout.
+func (c *Cluster) readRequest(conn net.Conn) ([]byte, error) {
+	var size [4]byte
+	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.connectionsMaxIdle)); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(conn, size[:1]); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errIdle
+		}
+		return nil, err
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.readTimeout)); err != nil {
+		return nil, err
+	}
+	frame, err := readFrame(io.MultiReader(bytes.NewReader(size[:1]), conn), c.cfg.maxFrame)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, fmt.Errorf("%w (%v): %w", errSlowRequest, c.cfg.readTimeout, err)
+	}
+	return frame, err
+}
+
+// frameChunk is the first allocation of a frame and its first growth step.
+const frameChunk = 4 << 10
+
+// readFrame reads a size-prefixed frame. The buffer grows as bytes arrive,
+// doubling from frameChunk, so a declared size costs nothing until the
+// bytes are there: memory follows what the client sent, never what it
+// claimed.
+func readFrame(rd io.Reader, max int32) ([]byte, error) {
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(rd, sizeBuf[:]); err != nil {
 		return nil, err
@@ -122,12 +184,21 @@ func readFrame(rd io.Reader, max int32, buf []byte) ([]byte, error) {
 	if size < 0 || size > max {
 		return nil, fmt.Errorf("%w: %d bytes (max %d)", errFrameTooLarge, size, max)
 	}
-	if cap(buf) < int(size) {
-		buf = make([]byte, size)
-	}
-	buf = buf[:size]
-	if _, err := io.ReadFull(rd, buf); err != nil {
-		return nil, fmt.Errorf("reading %d-byte frame: %w", size, err)
+	buf := make([]byte, 0, min(int(size), frameChunk))
+	for len(buf) < int(size) {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(int(size), 2*cap(buf)))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil && len(buf) < int(size) {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("reading %d-byte frame after %d bytes: %w", size, len(buf), err)
+		}
 	}
 	return buf, nil
 }
@@ -193,6 +264,9 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 	case <-c.dying:
 		return nil, false, nil
 	}
+	if lazy, ok := resp.(lazyAnswer); ok {
+		resp = lazy.prepare() // copy record bytes here, off the loop
+	}
 	if fault.afterHandling(resp) {
 		return nil, false, nil
 	}
@@ -203,6 +277,13 @@ func (c *Cluster) handleFrame(cc *clientConn, frame []byte) (out []byte, keep bo
 		return nil, true, nil // acks=0: Kafka sends no response
 	}
 	return c.encodeResponse(hdr, resp), true, nil
+}
+
+// lazyAnswer is an answer whose bulk (record bytes) the loop leaves to the
+// connection's goroutine: prepare fills it in and returns the response to
+// encode.
+type lazyAnswer interface {
+	prepare() kmsg.Response
 }
 
 func skipTags(r *kbin.Reader) {

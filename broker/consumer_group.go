@@ -351,7 +351,7 @@ func (g *groupCoordinator) consumerGroupFor(st *groupShard, name string, create 
 		return nil, kerr.GroupIDNotFound, fmt.Sprintf("Group %s is not a consumer group.", name)
 	}
 	if grp == nil {
-		grp = st.ensureGroup(name)
+		grp = st.ensureGroup(name, time.Now())
 		g.c.logger.Info("consumer group created", "group", name)
 	} else {
 		g.c.logger.Info("empty classic group converted to a consumer group", "group", name)
@@ -417,6 +417,9 @@ func (g *groupCoordinator) removeConsumerMember(grp *classicGroup, m *consumerMe
 		}
 	}
 	ch.remove(m.id)
+	if len(cg.members) == 0 {
+		grp.stateSince = time.Now() // offset retention and deletion count from here
+	}
 	cg.epoch++
 	g.c.logger.Info("consumer group member removed", "group", grp.name, "member", m.id, "why", why, "group_epoch", cg.epoch)
 	g.c.updateTarget(grp, ch)

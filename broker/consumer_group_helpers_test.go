@@ -167,10 +167,17 @@ func cgDescribe(t testing.TB, c *Cluster, group string) kmsg.ConsumerGroupDescri
 	return resp.Groups[0]
 }
 
-// cgTick runs the group coordinator's sweep as if at now+d.
+// cgTick fires every group's timer as if at now+d.
 func cgTick(t testing.TB, c *Cluster, d time.Duration) {
 	t.Helper()
-	require.NoError(t, c.do(func() { c.coordinators.group.tick(time.Now().Add(d)) }))
+	require.NoError(t, c.do(func() {
+		g := c.coordinators.group
+		for _, sh := range g.shards.loaded {
+			for _, grp := range sh.state.groups {
+				g.groupDue(sh.state, grp, time.Now().Add(d))
+			}
+		}
+	}))
 }
 
 // cgCommit sends an OffsetCommit of offset for topic/partition as member at

@@ -276,7 +276,10 @@ func TestConsumerGroupStaticMembers(t *testing.T) {
 // TestConsumerGroupTimeouts fences a member that stops heartbeating and
 // one that does not revoke within its rebalance timeout.
 func TestConsumerGroupTimeouts(t *testing.T) {
-	c := newTestCluster(t, Nodes(1), ConsumerGroupSessionTimeout(time.Hour))
+	// The session timeout is below the ten minutes after which an empty
+	// group without offsets is deleted (group_expiry.go), so that the
+	// group is still there, Empty, once its last session ends.
+	c := newTestCluster(t, Nodes(1), ConsumerGroupSessionTimeout(time.Minute))
 	createTopic(t, c, "to", 2)
 	m1, m2 := newCGMember(t, c, "to-group", "m1"), newCGMember(t, c, "to-group", "m2")
 	req := m1.joinReq("to")
@@ -294,7 +297,7 @@ func TestConsumerGroupTimeouts(t *testing.T) {
 	m2.heartbeat()
 	require.Equal(t, []int32{0, 1}, m2.partitionsOf("to"))
 
-	cgTick(t, c, 2*time.Hour)
+	cgTick(t, c, 2*time.Minute)
 	require.Equal(t, cgStateEmpty, cgDescribe(t, c, "to-group").State, "session timed out")
 	m2.expect(m2.hbReq(), kerr.UnknownMemberID)
 }

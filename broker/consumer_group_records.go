@@ -132,7 +132,7 @@ func (st *groupShard) replayConsumerRecord(key groupRecordKey, value []byte, now
 		if err := json.Unmarshal(value, &v); err != nil {
 			return fmt.Errorf("consumer group value: %w", err)
 		}
-		grp := st.ensureGroup(key.Group)
+		grp := st.ensureGroup(key.Group, now)
 		if grp.consumer == nil {
 			grp.consumer = newConsumerGroup()
 		}
@@ -144,7 +144,7 @@ func (st *groupShard) replayConsumerRecord(key groupRecordKey, value []byte, now
 			return nil
 		}
 		if grp == nil {
-			grp = st.ensureGroup(key.Group)
+			grp = st.ensureGroup(key.Group, now)
 		}
 		if grp.consumer == nil {
 			// The member records of a new group precede its group

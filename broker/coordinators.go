@@ -32,6 +32,9 @@ type shards[T any] struct {
 	topic  string
 	load   func(p *partition, node int32) T
 	loaded map[shardKey]*shard[T]
+	// unload, if set, releases what a shard that stops serving holds
+	// outside itself (its timers).
+	unload func(sh *shard[T])
 }
 
 type shardKey struct{ node, partition int32 }
@@ -65,11 +68,23 @@ func newShards[T any](c *Cluster, topicName string, load func(p *partition, node
 }
 
 func (s *shards[T]) loadAt(p *partition) {
-	s.loaded[shardKey{p.leader, p.index}] = &shard[T]{
+	key := shardKey{p.leader, p.index}
+	if old := s.loaded[key]; old != nil {
+		s.drop(key, old)
+	}
+	s.loaded[key] = &shard[T]{
 		node:      p.leader,
 		partition: p,
 		epoch:     p.leaderEpoch,
 		state:     s.load(p, p.leader),
+	}
+}
+
+// drop forgets a loaded shard.
+func (s *shards[T]) drop(key shardKey, sh *shard[T]) {
+	delete(s.loaded, key)
+	if s.unload != nil {
+		s.unload(sh)
 	}
 }
 
@@ -84,13 +99,13 @@ func (s *shards[T]) resign(p *partition, oldLeader int32) {
 	}
 	window := s.c.cfg.legacyStaleCoordinator
 	if window <= 0 {
-		delete(s.loaded, key)
+		s.drop(key, old)
 		return
 	}
 	old.staleUntil = time.Now().Add(window)
 	s.c.after(window, func() {
 		if s.loaded[key] == old {
-			delete(s.loaded, key)
+			s.drop(key, old)
 			s.c.logger.Info("stale coordinator resigned", "topic", s.topic, "partition", p.index, "node", oldLeader)
 		}
 	})

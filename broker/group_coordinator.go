@@ -10,14 +10,17 @@ package broker
 // old one wrote. Every answer goes through shards.lookup first: a node that
 // no longer leads the partition at the epoch it loaded it in answers
 // NOT_COORDINATOR, and its deferred JoinGroup/SyncGroup answers are failed
-// with NOT_COORDINATOR on the next tick.
+// with NOT_COORDINATOR as soon as the shard stops serving.
 //
 // Timeouts (member sessions, the join and sync windows of a rebalance,
-// member ids handed out with MEMBER_ID_REQUIRED) are swept by onTick.
+// member ids handed out with MEMBER_ID_REQUIRED) and offset retention are
+// driven by one timer per group (group_expiry.go), which also expires
+// offsets and empty groups as Kafka's offsets.retention.minutes rules say;
+// the log is compacted to the live groups and offsets (compaction.go).
 // KIP-848 consumer groups live in the same shards (consumer_group.go).
 // Deliberately skipped: the initial rebalance delay of an empty group (a
-// group completes its first join as soon as its members have joined),
-// offset retention and expiry, and the minimum session timeout of 6s (any
+// group completes its first join as soon as its members have joined), and
+// the minimum session timeout of 6s (any
 // positive timeout up to the maximum is accepted, so tests can expire
 // sessions quickly).
 
@@ -33,10 +36,6 @@ import (
 type groupCoordinator struct {
 	c      *Cluster
 	shards *shards[*groupShard]
-	// live holds every shard state this coordinator loaded and has not yet
-	// seen resign, so that the tick can fail the deferred answers of a
-	// shard whose node lost the partition.
-	live map[*groupShard]struct{}
 }
 
 // groupShard is one node's copy of one __consumer_offsets partition's
@@ -70,11 +69,20 @@ type committedOffset struct {
 
 func init() {
 	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
-		g := &groupCoordinator{c: c, live: make(map[*groupShard]struct{})}
+		g := &groupCoordinator{c: c}
 		c.coordinators.group = g
 		g.shards = newShards(c, wire.ConsumerOffsetsTopic, g.load)
-		c.onTick(g.tick)
+		g.shards.unload = func(sh *shard[*groupShard]) { g.resign(sh.state) }
+		for _, sh := range g.shards.loaded {
+			g.scheduleAll(sh.state)
+		}
+		c.onLeaderChange(func(p *partition, _ int32) {
+			if sh := g.shards.loaded[shardKey{p.leader, p.index}]; p.topic.name == wire.ConsumerOffsetsTopic && sh != nil {
+				g.scheduleAll(sh.state)
+			}
+		})
 		c.onMarker(wire.ConsumerOffsetsTopic, g.onMarker)
+		c.onCompact(wire.ConsumerOffsetsTopic, g.liveRecords)
 	})
 }
 
@@ -86,26 +94,23 @@ func (g *groupCoordinator) load(p *partition, node int32) *groupShard {
 		groups:     make(map[string]*classicGroup),
 		pendingTxn: make(map[int64]map[string]map[groupTP]committedOffset),
 	}
-	for old := range g.live {
-		if old.node == node && old.partition == p.index {
-			g.resign(old)
-		}
-	}
 	now := time.Now()
 	for _, b := range p.batches {
 		if err := st.replayBatch(b, now); err != nil {
 			g.c.logger.Error("skipping unreadable group coordinator batch", "partition", p.index, "offset", b.base, "err", err)
 		}
 	}
-	g.live[st] = struct{}{}
 	g.c.logger.Debug("group coordinator loaded", "node", node, "partition", p.index, "groups", len(st.groups))
 	return st
 }
 
-// resign fails every deferred answer of a shard that stopped serving.
+// resign fails every deferred answer of a shard that stopped serving and
+// stops its groups' timers.
 func (g *groupCoordinator) resign(st *groupShard) {
-	delete(g.live, st)
 	for _, grp := range st.groups {
+		if grp.timer != nil {
+			g.c.disarm(grp.timer)
+		}
 		for _, m := range grp.members {
 			m.answerJoin(joinError(kerr.NotCoordinator))
 			m.answerSync(syncError(kerr.NotCoordinator))
@@ -137,25 +142,6 @@ func (g *groupCoordinator) appendRecords(st *groupShard, recs []kv, pid int64, e
 	return sh.append(recs, pid, epoch, now)
 }
 
-// tick sweeps timeouts of every serving shard and fails the deferred
-// answers of shards that resigned.
-func (g *groupCoordinator) tick(now time.Time) {
-	for st := range g.live {
-		sh, err := g.shards.lookup(st.node, st.partition)
-		if err != nil || sh.state != st {
-			g.resign(st)
-			continue
-		}
-		for _, grp := range st.groups {
-			if grp.consumer != nil {
-				g.sweepConsumerGroup(st, grp, now)
-				continue
-			}
-			g.sweepGroup(st, grp, now)
-		}
-	}
-}
-
 // onMarker applies or discards the pending transactional offsets of the
 // marker's producer at the partition's serving shard. A shard loaded later
 // sees the marker in the log instead.
@@ -164,19 +150,22 @@ func (g *groupCoordinator) onMarker(p *partition, m controlMarker) {
 	if err != nil {
 		return
 	}
-	sh.state.endTxn(m.pid, m.commit)
+	now := time.Now()
+	for name := range sh.state.endTxn(m.pid, m.commit, now) {
+		g.reschedule(sh.state, name, now)
+	}
 }
 
 // endTxn moves a producer's pending offsets into the committed ones on
-// commit, and drops them on abort.
-func (st *groupShard) endTxn(pid int64, commit bool) {
+// commit, and drops them on abort. It returns the pending offsets by group.
+func (st *groupShard) endTxn(pid int64, commit bool, now time.Time) map[string]map[groupTP]committedOffset {
 	pending := st.pendingTxn[pid]
 	delete(st.pendingTxn, pid)
 	if !commit {
-		return
+		return pending
 	}
 	for name, offsets := range pending {
-		grp := st.ensureGroup(name)
+		grp := st.ensureGroup(name, now)
 		for tp, o := range offsets {
 			if cur, ok := grp.offsets[tp]; ok && cur.logOffset > o.logOffset {
 				continue
@@ -184,6 +173,7 @@ func (st *groupShard) endTxn(pid int64, commit bool) {
 			grp.offsets[tp] = o
 		}
 	}
+	return pending
 }
 
 // hasPendingTxn reports whether a transactional commit of tp in group is
@@ -198,11 +188,12 @@ func (st *groupShard) hasPendingTxn(group string, tp groupTP) bool {
 }
 
 // ensureGroup returns the group, creating an empty one (a group used only
-// to store offsets until members join).
-func (st *groupShard) ensureGroup(name string) *classicGroup {
+// to store offsets until members join) that is Empty since now.
+func (st *groupShard) ensureGroup(name string, now time.Time) *classicGroup {
 	grp := st.groups[name]
 	if grp == nil {
 		grp = newClassicGroup(name)
+		grp.stateSince = now
 		st.groups[name] = grp
 	}
 	return grp

@@ -217,6 +217,7 @@ func groupEdit(t testing.TB, c *Cluster, group string, fn func(grp *classicGroup
 		if st, err := c.coordinators.group.shardFor(node, group); err == nil && st.groups[group] != nil {
 			found = true
 			fn(st.groups[group])
+			c.coordinators.group.reschedule(st, group, time.Now()) // deadlines may have moved earlier
 		}
 	}))
 	require.True(t, found, "group %s is not served", group)

@@ -65,6 +65,13 @@ type classicGroup struct {
 	joinDeadline   time.Time
 	syncDeadline   time.Time
 	nextJoinSeq    uint64
+	// stateSince is when the group last became Empty (or was created).
+	stateSince time.Time
+	// record and recordOffset are the last group record written for the
+	// group and where it sits in the log; compaction keeps it.
+	record       []byte
+	recordOffset int64
+	timer        *timer // the group's next deadline (group_expiry.go)
 	// consumer, when set, makes this a KIP-848 consumer group
 	// (consumer_group.go): its membership is there, and the classic
 	// fields above stay empty.
@@ -355,7 +362,7 @@ func (g *groupCoordinator) join(st *groupShard, r *request, req *kmsg.JoinGroupR
 		if req.MemberID != "" {
 			return joinError(kerr.UnknownMemberID)
 		}
-		grp = st.ensureGroup(req.Group)
+		grp = st.ensureGroup(req.Group, now)
 	}
 	if !grp.acceptsProtocols(req.MemberID, req.ProtocolType, req.Protocols) {
 		return joinError(kerr.InconsistentGroupProtocol)
@@ -430,7 +437,7 @@ func (g *groupCoordinator) joinStatic(st *groupShard, grp *classicGroup, r *requ
 	m.update(spec)
 	m.sessionDeadline = now.Add(spec.sessionTimeout)
 	if grp.state == groupStable && unchanged && grp.leader != newID {
-		if _, err := g.appendRecords(st, []kv{groupRecord(grp.name, grp)}, -1, -1, now); err != nil {
+		if err := g.persistGroup(st, grp, now); err != nil {
 			g.startRebalance(grp, now)
 			return joinError(err)
 		}
@@ -501,7 +508,8 @@ func (g *groupCoordinator) completeJoin(st *groupShard, grp *classicGroup, now t
 	grp.generation++
 	if len(grp.members) == 0 {
 		grp.state, grp.protocol, grp.leader = groupEmpty, "", ""
-		if _, err := g.appendRecords(st, []kv{groupRecord(grp.name, grp)}, -1, -1, now); err != nil {
+		grp.stateSince = now
+		if err := g.persistGroup(st, grp, now); err != nil {
 			g.c.logger.Warn("could not record empty group", "group", grp.name, "err", err)
 		}
 		return

@@ -145,10 +145,13 @@ func (g *groupCoordinator) writeOffsets(st *groupShard, group string, writes []o
 		w.o.logOffset = next
 		next++
 		if pid >= 0 {
-			st.stageTxnOffset(pid, group, w.tp, w.o)
+			st.stageTxnOffset(pid, group, w.tp, w.o, now)
 		} else {
-			st.ensureGroup(group).offsets[w.tp] = w.o
+			st.ensureGroup(group, now).offsets[w.tp] = w.o
 		}
+	}
+	if grp := st.groups[group]; grp != nil && err == nil && pid < 0 {
+		g.armBy(st, grp, now.Add(g.c.cfg.offsetsRetention))
 	}
 }
 
@@ -298,24 +301,10 @@ func (g *groupCoordinator) deleteGroup(st *groupShard, group string, now time.Ti
 	for tp := range grp.offsets {
 		tps = append(tps, tp)
 	}
-	sort.Slice(tps, func(i, j int) bool {
-		if tps[i].topic != tps[j].topic {
-			return tps[i].topic < tps[j].topic
-		}
-		return tps[i].partition < tps[j].partition
-	})
-	recs := make([]kv, 0, len(tps)+1)
-	for _, tp := range tps {
-		recs = append(recs, offsetRecord(group, tp, nil))
-	}
-	if grp.consumer != nil {
-		recs = append(recs, consumerGroupRecord(group, nil))
-	}
-	recs = append(recs, groupRecord(group, nil))
-	if _, err := g.appendRecords(st, recs, -1, -1, now); err != nil {
+	if _, err := g.appendRecords(st, tombstones(grp, tps, true), -1, -1, now); err != nil {
 		return err
 	}
-	delete(st.groups, group)
+	g.forget(st, grp)
 	return nil
 }
 

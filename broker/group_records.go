@@ -24,8 +24,12 @@ package broker
 //	value {"protocolType":..,"generation":..,"protocol":..,"leader":..,
 //	       "members":[{"memberId":..,"instanceId":..,"clientId":..,
 //	       "clientHost":..,"sessionTimeoutMs":..,"rebalanceTimeoutMs":..,
-//	       "metadata":base64,"assignment":base64}]}
-//	      nil = the group was deleted (DeleteGroups)
+//	       "metadata":base64,"assignment":base64}],
+//	       "currentStateTimestamp":MS}
+//	      nil = the group was deleted (DeleteGroups, offset expiry)
+//
+// currentStateTimestamp is written for an empty group only: when it became
+// empty, from which its offsets' retention counts.
 //
 // Replay applies the records in log order; a group loaded with members is
 // Stable and its members' sessions start at load time. Consumer groups
@@ -35,6 +39,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -67,6 +72,9 @@ type groupRecordValue struct {
 	Protocol     string              `json:"protocol"`
 	Leader       string              `json:"leader"`
 	Members      []groupRecordMember `json:"members"`
+	// CurrentStateTimestamp is when an empty group became empty (ms), as
+	// Kafka's GroupMetadataValue has it: offset retention counts from it.
+	CurrentStateTimestamp int64 `json:"currentStateTimestamp,omitempty"`
 }
 
 type groupRecordMember struct {
@@ -115,6 +123,9 @@ func groupRecord(name string, grp *classicGroup) kv {
 		Leader:       grp.leader,
 		Members:      []groupRecordMember{},
 	}
+	if grp.state == groupEmpty && !grp.stateSince.IsZero() {
+		v.CurrentStateTimestamp = grp.stateSince.UnixMilli()
+	}
 	for _, m := range grp.orderedMembers() {
 		v.Members = append(v.Members, groupRecordMember{
 			MemberID:           m.id,
@@ -130,6 +141,30 @@ func groupRecord(name string, grp *classicGroup) kv {
 	return kv{key: key, value: mustJSON(v)}
 }
 
+// tombstones returns the records deleting the group's offsets of tps, in
+// topic and partition order (tps is sorted in place), and, with
+// dropGroup, the group's records too.
+func tombstones(grp *classicGroup, tps []groupTP, dropGroup bool) []kv {
+	group := grp.name
+	sort.Slice(tps, func(i, j int) bool {
+		if tps[i].topic != tps[j].topic {
+			return tps[i].topic < tps[j].topic
+		}
+		return tps[i].partition < tps[j].partition
+	})
+	recs := make([]kv, 0, len(tps)+1)
+	for _, tp := range tps {
+		recs = append(recs, offsetRecord(group, tp, nil))
+	}
+	if dropGroup {
+		if grp.consumer != nil {
+			recs = append(recs, consumerGroupRecord(group, nil))
+		}
+		recs = append(recs, groupRecord(group, nil))
+	}
+	return recs
+}
+
 // replayBatch applies one batch of the partition's log while loading.
 func (st *groupShard) replayBatch(b *storedBatch, now time.Time) error {
 	recs, err := decodeRecords(b.raw)
@@ -140,7 +175,7 @@ func (st *groupShard) replayBatch(b *storedBatch, now time.Time) error {
 		if len(recs) != 1 || len(recs[0].key) < 4 {
 			return fmt.Errorf("malformed control batch at offset %d", b.base)
 		}
-		st.endTxn(b.pid, int16(binary.BigEndian.Uint16(recs[0].key[2:])) == controlCommit)
+		st.endTxn(b.pid, int16(binary.BigEndian.Uint16(recs[0].key[2:])) == controlCommit, now)
 		return nil
 	}
 	for i, rec := range recs {
@@ -174,10 +209,10 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 		}
 		o := committedOffset{offset: v.Offset, leaderEpoch: v.LeaderEpoch, metadata: v.Metadata, commitMs: v.CommitTimeMs, logOffset: logOffset}
 		if b.txn {
-			st.stageTxnOffset(b.pid, key.Group, tp, o)
+			st.stageTxnOffset(b.pid, key.Group, tp, o, now)
 			return nil
 		}
-		st.ensureGroup(key.Group).offsets[tp] = o
+		st.ensureGroup(key.Group, now).offsets[tp] = o
 		return nil
 	case groupRecordGroup:
 		if rec.value == nil {
@@ -188,7 +223,9 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 		if err := json.Unmarshal(rec.value, &v); err != nil {
 			return fmt.Errorf("group value: %w", err)
 		}
-		st.ensureGroup(key.Group).restore(v, now)
+		grp := st.ensureGroup(key.Group, now)
+		grp.restore(v, now)
+		grp.record, grp.recordOffset = rec.value, logOffset
 		return nil
 	case groupRecordConsumerGroup, groupRecordConsumerMember:
 		return st.replayConsumerRecord(key, rec.value, now)
@@ -199,8 +236,8 @@ func (st *groupShard) replayRecord(rec kv, b *storedBatch, logOffset int64, now 
 
 // stageTxnOffset records a transactional offset commit until its marker.
 // The group exists from then on, as it does when the commit is served.
-func (st *groupShard) stageTxnOffset(pid int64, group string, tp groupTP, o committedOffset) {
-	st.ensureGroup(group)
+func (st *groupShard) stageTxnOffset(pid int64, group string, tp groupTP, o committedOffset, now time.Time) {
+	st.ensureGroup(group, now)
 	byGroup := st.pendingTxn[pid]
 	if byGroup == nil {
 		byGroup = make(map[string]map[groupTP]committedOffset)

@@ -54,7 +54,7 @@ func (g *groupCoordinator) sync(st *groupShard, r *request, req *kmsg.SyncGroupR
 			o.assignment = []byte{}
 		}
 	}
-	if _, err := g.appendRecords(st, []kv{groupRecord(grp.name, grp)}, -1, -1, now); err != nil {
+	if err := g.persistGroup(st, grp, now); err != nil {
 		for _, o := range grp.members {
 			o.assignment = nil
 			o.answerSync(syncError(err))
@@ -96,6 +96,7 @@ func (g *groupCoordinator) heartbeat(st *groupShard, req *kmsg.HeartbeatRequest,
 	}
 	m := grp.members[req.MemberID]
 	m.sessionDeadline = now.Add(m.sessionTimeout)
+	g.armBy(st, grp, m.sessionDeadline)
 	if grp.state == groupPreparingRebalance {
 		return kerr.RebalanceInProgress
 	}
@@ -203,6 +204,9 @@ func (grp *classicGroup) restore(v groupRecordValue, now time.Time) {
 	grp.staticMembers = make(map[string]string)
 	grp.pendingMembers = make(map[string]time.Time)
 	grp.state = groupEmpty
+	if v.CurrentStateTimestamp > 0 {
+		grp.stateSince = time.UnixMilli(v.CurrentStateTimestamp)
+	}
 	for _, rm := range v.Members {
 		m := &groupMember{
 			id:               rm.MemberID,

@@ -125,3 +125,19 @@ func (c *Cluster) safeHandle(spec apiSpec, r *request) (resp kmsg.Response, err 
 	}()
 	return spec.handle(c, r)
 }
+
+// topicSlots numbers the distinct topic names of a request in the order
+// it first names them, for answers that list each topic once whatever the
+// request repeats (ListOffsets, DeleteRecords).
+type topicSlots map[string]int
+
+// slot returns name's number, calling add the first time name is seen.
+func (s topicSlots) slot(name string, add func()) int {
+	if i, ok := s[name]; ok {
+		return i
+	}
+	i := len(s)
+	s[name] = i
+	add()
+	return i
+}

@@ -48,10 +48,22 @@ type config struct {
 	oldNodes               map[int32]bool
 	legacyStaleCoordinator time.Duration
 	lateMarkerCopies       time.Duration
-	tickInterval           time.Duration
 	// maxFetchWait caps the long poll of Fetch and ShareFetch; a client's
 	// MaxWaitMillis is an int32 and could park a request for weeks.
 	maxFetchWait time.Duration
+
+	fetchMaxBytes          int32
+	txnIDExpiration        time.Duration
+	offsetsRetention       time.Duration
+	retentionCheckInterval time.Duration
+	maxBytes               int64
+	readTimeout            time.Duration
+	connectionsMaxIdle     time.Duration
+	maxConnections         int
+	// compactMinBytes is how much a coordinator partition's log may grow
+	// past twice its size after the last compaction before it is
+	// compacted again; tests lower it.
+	compactMinBytes int64
 }
 
 func defaultConfig() config {
@@ -73,8 +85,14 @@ func defaultConfig() config {
 		shareLockDuration:         30 * time.Second,
 		shareDeliveryLimit:        5,
 		shareMaxFetchRecords:      500,
-		tickInterval:              10 * time.Millisecond,
 		maxFetchWait:              30 * time.Second,
+		fetchMaxBytes:             55 << 20,
+		txnIDExpiration:           7 * 24 * time.Hour,
+		offsetsRetention:          7 * 24 * time.Hour,
+		retentionCheckInterval:    5 * time.Minute,
+		readTimeout:               30 * time.Second,
+		connectionsMaxIdle:        10 * time.Minute,
+		compactMinBytes:           1 << 20,
 	}
 }
 
@@ -219,3 +237,66 @@ func LegacyStaleCoordinator(d time.Duration) Opt {
 func LateMarkerCopies(d time.Duration) Opt {
 	return optFunc(func(c *config) { c.lateMarkerCopies = d })
 }
+
+// FetchMaxBytes caps the record bytes of one Fetch or ShareFetch answer
+// (default 55 MiB, Kafka's fetch.max.bytes): a request asking for more gets
+// at most this much (but always at least one batch, as in Kafka).
+func FetchMaxBytes(n int32) Opt { return optFunc(func(c *config) { c.fetchMaxBytes = n }) }
+
+// ProducerIDExpiration sets how long a partition keeps the state of a
+// producer that wrote nothing and has no open transaction (default 24h,
+// Kafka's producer.id.expiration.ms). An expired producer may start again
+// at any sequence, as in Kafka.
+func ProducerIDExpiration(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.producerIDExpiry = d })
+}
+
+// TransactionalIDExpiration sets how long a transactional id with no
+// transaction in progress is kept after its last update (default 7 days,
+// Kafka's transactional.id.expiration.ms). An expired id is forgotten:
+// its next InitProducerId starts it afresh with a new producer id.
+func TransactionalIDExpiration(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.txnIDExpiration = d })
+}
+
+// OffsetsRetention sets how long committed offsets outlive their group's
+// last member (default 7 days, Kafka's offsets.retention.minutes), with
+// Kafka's rules: an empty group's offsets expire that long after it became
+// empty, a group without a protocol (offsets committed from outside any
+// membership) loses each offset that long after its commit, and a stable
+// consumer group loses the offsets of topics it no longer subscribes to.
+// An empty group whose offsets are all gone is deleted.
+func OffsetsRetention(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.offsetsRetention = d })
+}
+
+// RetentionCheckInterval sets how often, at most, a partition's
+// retention.ms and retention.bytes are enforced (default 5 minutes, Kafka's
+// log.retention.check.interval.ms).
+func RetentionCheckInterval(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.retentionCheckInterval = d })
+}
+
+// MaxBytes sets a budget for the record bytes the cluster keeps in memory,
+// over all partitions (default 0: none). Past it, Produce is answered with
+// POLICY_VIOLATION and a message naming the limit; reads, deletions and
+// the coordinators' own writes go on. The budget counts stored batches, not
+// the process's whole heap.
+func MaxBytes(n int64) Opt { return optFunc(func(c *config) { c.maxBytes = n }) }
+
+// ReadTimeout bounds how long one request may take to arrive once its
+// first byte has (default 30s): a connection that declares a frame and
+// then stalls is closed.
+func ReadTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.readTimeout = d }) }
+
+// ConnectionsMaxIdle closes connections that send nothing for d between
+// requests (default 10 minutes, Kafka's connections.max.idle.ms). A request
+// waiting for its answer (a long poll) does not count as idle.
+func ConnectionsMaxIdle(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.connectionsMaxIdle = d })
+}
+
+// MaxConnections limits the connections open at once over all nodes
+// (default 0: no limit). A connection past the limit is closed as soon as
+// it is accepted.
+func MaxConnections(n int) Opt { return optFunc(func(c *config) { c.maxConnections = n }) }

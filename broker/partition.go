@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/list"
 	"encoding/binary"
 	"sort"
 	"time"
@@ -11,6 +12,7 @@ import (
 // partition is one partition's log and producer state, owned by the loop.
 // There is one copy: the leader's.
 type partition struct {
+	c           *Cluster // nil only for partitions built by unit tests
 	topic       *topic
 	index       int32
 	leader      int32
@@ -18,13 +20,31 @@ type partition struct {
 	epochStarts []epochStart
 	deleted     bool
 
+	// The log: batches in offset order. Batches leave only at the head
+	// (retention, DeleteRecords, compaction), which moves logStart; it
+	// may sit inside the first batch after DeleteRecords, as in Kafka.
 	batches  []*storedBatch
 	logStart int64
 	next     int64 // the next offset; also the high watermark (no replication)
-	bytes    int64
+	bytes    int64 // the size of the batches in the log
+	appended int64 // bytes ever appended: batch i starts at batches[i].startBytes
+	nextSeq  int64 // the append number of the next batch
+	tsIndex  maxTree
 
-	producers map[int64]*producerState
-	aborted   []abortedTxn
+	producers   map[int64]*producerState
+	producerLRU list.List // producers without an open transaction, least recently written first
+	openTxns    []openTxn // open transactions by first offset; closed ones are skipped lazily
+	aborted     []abortedTxn
+
+	watchers    map[partitionWatcher]struct{}
+	changedMark bool
+
+	retention      *timer
+	lastRetention  time.Time
+	producerExpiry *timer
+	compactedBytes int64 // a coordinator partition's size after its last compaction
+	compacting     bool
+	compaction     *timer
 }
 
 type epochStart struct {
@@ -33,7 +53,8 @@ type epochStart struct {
 }
 
 // storedBatch is a batch in the log; raw carries its assigned base offset
-// and the leader epoch it was written in.
+// and the leader epoch it was written in, and is never written to again:
+// answers read it off the loop.
 type storedBatch struct {
 	base, last int64
 	raw        []byte
@@ -43,17 +64,21 @@ type storedBatch struct {
 	control    bool
 	maxTs      int64
 	appendedAt time.Time
+	seq        int64 // append number, the batch's position in the timestamp index
+	startBytes int64 // partition.appended before this batch
 }
 
 // producerState is what a leader knows of one producer id: its epoch, the
 // last batches it wrote (to spot retries), its open transaction here, and
 // the coordinator epoch of the last marker it saw.
 type producerState struct {
+	pid              int64
 	epoch            int16
 	recent           []seqEntry
 	txnFirst         int64 // first offset of the open transaction; -1 for none
 	coordinatorEpoch int32
 	lastWrite        time.Time
+	lru              *list.Element // in partition.producerLRU unless a transaction is open
 }
 
 type seqEntry struct {
@@ -66,6 +91,12 @@ const maxRecentBatches = 5
 type abortedTxn struct {
 	pid         int64
 	first, last int64
+}
+
+// openTxn is a transaction opened at a partition: pid's first offset.
+type openTxn struct {
+	pid   int64
+	first int64
 }
 
 // controlMarker describes a transaction marker written to a partition.
@@ -89,22 +120,36 @@ func newPartition(t *topic, index, leader int32) *partition {
 
 func (p *partition) endOffset() int64 { return p.next }
 
-// lastStableOffset is the first offset of the earliest open transaction, or
-// the high watermark if none is open.
+// lastStableOffset is the first offset of the earliest open transaction
+// (never below the log start), or the high watermark if none is open.
+// Transactions open in offset order, so the earliest is at the head of
+// openTxns once the closed ones there are skipped: O(1) amortized.
 func (p *partition) lastStableOffset() int64 {
-	lso := p.next
-	for _, ps := range p.producers {
-		if ps.txnFirst >= 0 && ps.txnFirst < lso {
-			lso = ps.txnFirst
-		}
+	if p.pruneOpenTxns() {
+		return max(p.openTxns[0].first, p.logStart)
 	}
-	return lso
+	return p.next
+}
+
+// pruneOpenTxns drops the closed transactions at the head of openTxns and
+// reports whether one is still open.
+func (p *partition) pruneOpenTxns() bool {
+	for len(p.openTxns) > 0 {
+		o := p.openTxns[0]
+		if ps := p.producers[o.pid]; ps != nil && ps.txnFirst == o.first {
+			return true
+		}
+		p.openTxns[0] = openTxn{}
+		p.openTxns = p.openTxns[1:]
+	}
+	p.openTxns = nil
+	return false
 }
 
 func (p *partition) producer(pid int64) *producerState {
 	ps := p.producers[pid]
 	if ps == nil {
-		ps = &producerState{epoch: -1, txnFirst: -1, coordinatorEpoch: -1}
+		ps = &producerState{pid: pid, epoch: -1, txnFirst: -1, coordinatorEpoch: -1}
 		p.producers[pid] = ps
 	}
 	return ps
@@ -122,16 +167,29 @@ func (p *partition) store(raw []byte, lastDelta int32, pid int64, epoch int16, t
 		control:    control,
 		maxTs:      maxTs,
 		appendedAt: now,
+		seq:        p.nextSeq,
+		startBytes: p.appended,
 	}
 	binary.BigEndian.PutUint64(raw[offBaseOffset:], uint64(b.base))
 	binary.BigEndian.PutUint32(raw[offLeaderEpoch:], uint32(p.leaderEpoch))
+	if len(p.batches) == 0 {
+		p.tsIndex.dropBefore(b.seq)
+	}
 	p.batches = append(p.batches, b)
+	p.tsIndex.push(maxTs)
+	p.nextSeq++
 	p.next = b.last + 1
 	p.bytes += int64(len(raw))
+	p.appended += int64(len(raw))
 	if txn && !control && pid >= 0 {
 		if ps := p.producer(pid); ps.txnFirst < 0 {
 			ps.txnFirst = b.base
+			p.pruneOpenTxns() // closed ones go here too, read or not
+			p.openTxns = append(p.openTxns, openTxn{pid: pid, first: b.base})
 		}
+	}
+	if p.c != nil {
+		p.c.afterAppend(p, b)
 	}
 	return b
 }
@@ -176,7 +234,7 @@ func (p *partition) appendProduced(b batchInfo, now time.Time) (base int64, dup 
 		if len(ps.recent) > maxRecentBatches {
 			ps.recent = ps.recent[1:]
 		}
-		ps.lastWrite = now
+		p.touchProducer(ps, now)
 	}
 	return sb.base, false, nil
 }
@@ -196,10 +254,13 @@ func (p *partition) appendInternal(recs []kv, pid int64, epoch int16, now time.T
 			ps.epoch = epoch
 			ps.recent = ps.recent[:0]
 		}
-		ps.lastWrite = now
 	}
 	raw := buildBatch(recs, pid, epoch, -1, txn, false, now)
-	return p.store(raw, int32(len(recs)-1), pid, epoch, txn, false, now.UnixMilli(), now).base, nil
+	base := p.store(raw, int32(len(recs)-1), pid, epoch, txn, false, now.UnixMilli(), now).base
+	if txn {
+		p.touchProducer(p.producers[pid], now)
+	}
+	return base, nil
 }
 
 // markerCheck is the KIP-1228 validation of a transaction marker against
@@ -243,7 +304,7 @@ func (p *partition) appendMarker(m markerCheck, now time.Time) (cm controlMarker
 		ps.recent = ps.recent[:0]
 	}
 	ps.coordinatorEpoch = m.coordinatorEpoch
-	ps.lastWrite = now
+	p.touchProducer(ps, now)
 	return controlMarker{pid: m.pid, epoch: m.epoch, commit: m.commit, coordinatorEpoch: m.coordinatorEpoch, offset: sb.base}, true, nil
 }
 
@@ -254,8 +315,10 @@ func (p *partition) batchIndex(offset int64) int {
 }
 
 // read returns whole batches from offset up to limit (exclusive), at most
-// maxBytes of them but always at least one batch if any is there.
-func (p *partition) read(offset, limit int64, maxBytes int32) []*storedBatch {
+// maxBytes of them, or one batch past that when minOne is set and the
+// first does not fit (Kafka's rule for the first partition of a fetch
+// that has data, KIP-74).
+func (p *partition) read(offset, limit int64, maxBytes int32, minOne bool) []*storedBatch {
 	var out []*storedBatch
 	var size int32
 	for i := p.batchIndex(offset); i < len(p.batches); i++ {
@@ -263,7 +326,7 @@ func (p *partition) read(offset, limit int64, maxBytes int32) []*storedBatch {
 		if b.base >= limit {
 			break
 		}
-		if len(out) > 0 && size+int32(len(b.raw)) > maxBytes {
+		if (len(out) > 0 || !minOne) && int64(size)+int64(len(b.raw)) > int64(maxBytes) {
 			break
 		}
 		out = append(out, b)
@@ -272,15 +335,60 @@ func (p *partition) read(offset, limit int64, maxBytes int32) []*storedBatch {
 	return out
 }
 
+// batchesBefore returns how many batches start before offset.
+func (p *partition) batchesBefore(offset int64) int {
+	return sort.Search(len(p.batches), func(i int) bool { return p.batches[i].base >= offset })
+}
+
+// bytesBetween returns the size of the batches that hold offsets from
+// `from` up to limit (exclusive): what a fetch from `from` could read.
+// O(log n), from the batches' running byte counts.
+func (p *partition) bytesBetween(from, limit int64) int64 {
+	i, j := p.batchIndex(from), p.batchesBefore(limit)
+	if i >= j {
+		return 0
+	}
+	end := p.appended
+	if j < len(p.batches) {
+		end = p.batches[j].startBytes
+	}
+	return end - p.batches[i].startBytes
+}
+
 // abortedIn returns the aborted transactions that overlap [from, to].
+// They are kept in marker order, so those ending before from are skipped
+// by a binary search.
 func (p *partition) abortedIn(from, to int64) []abortedTxn {
 	var out []abortedTxn
-	for _, a := range p.aborted {
-		if a.last >= from && a.first <= to {
+	for _, a := range p.aborted[sort.Search(len(p.aborted), func(i int) bool { return p.aborted[i].last >= from }):] {
+		if a.first <= to {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// firstBatchAtTime returns the index of the first batch, in offset order,
+// whose max timestamp reaches ts, or -1.
+func (p *partition) firstBatchAtTime(ts int64) int {
+	if len(p.batches) == 0 {
+		return -1
+	}
+	first := p.batches[0].seq
+	seq := p.tsIndex.firstAtLeast(first, ts)
+	if seq < 0 {
+		return -1
+	}
+	return int(seq - first)
+}
+
+// maxTimestampBatch returns the index of the first batch holding the
+// largest max timestamp, or -1 for an empty log.
+func (p *partition) maxTimestampBatch() int {
+	if len(p.batches) == 0 {
+		return -1
+	}
+	return p.firstBatchAtTime(p.tsIndex.maxFrom(p.batches[0].seq))
 }
 
 // offsetForEpoch answers OffsetForLeaderEpoch: the end offset of the

@@ -11,6 +11,12 @@ package broker
 // share coordinator that leads the share-partition's __share_group_state
 // partition, exactly as a Kafka share-partition leader reads its state
 // from the share coordinator.
+//
+// Nothing here is swept: acquisition locks, member sessions and parked
+// ShareFetches each have a timer (timers.go) armed at their deadline, and a
+// parked ShareFetch re-checks only when a partition it reads changes
+// (watch.go). An empty share group, like Kafka's, is kept until it is
+// deleted, and costs nothing meanwhile.
 
 import (
 	"time"
@@ -28,24 +34,30 @@ type shareCoordinator struct {
 	groups       map[string]*shareGroup
 	groupConfigs map[string]map[string]string
 	live         map[shareKey]*sharePartition
-	sessions     map[shareSessionKey]*shareSession
-	waits        []*shareFetchWait
+	// liveByGroup and liveByPartition index live: a member leaving, a
+	// group deleted, a leadership move touch only their own.
+	liveByGroup     map[string]map[shareKey]*sharePartition
+	liveByPartition map[*partition]map[shareKey]*sharePartition
+	sessions        map[shareSessionKey]*shareSession
 }
 
 func init() {
 	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
 		sc := &shareCoordinator{
-			c:            c,
-			groups:       make(map[string]*shareGroup),
-			groupConfigs: make(map[string]map[string]string),
-			live:         make(map[shareKey]*sharePartition),
-			sessions:     make(map[shareSessionKey]*shareSession),
+			c:               c,
+			groups:          make(map[string]*shareGroup),
+			groupConfigs:    make(map[string]map[string]string),
+			live:            make(map[shareKey]*sharePartition),
+			liveByGroup:     make(map[string]map[shareKey]*sharePartition),
+			liveByPartition: make(map[*partition]map[shareKey]*sharePartition),
+			sessions:        make(map[shareSessionKey]*shareSession),
 		}
 		sc.states = newShards(c, wire.ShareGroupStateTopic, sc.loadShareState)
 		c.coordinators.share = sc
 		c.onLeaderChange(sc.leaderChanged)
+		c.onTopicDeleted(sc.topicDeleted)
 		c.onMarker(wire.ShareGroupStateTopic, sc.markerWritten)
-		c.onTick(sc.tick)
+		c.onCompact(wire.ShareGroupStateTopic, sc.liveRecords)
 	})
 }
 
@@ -122,7 +134,7 @@ func (sc *shareCoordinator) livePartition(key shareKey, p *partition, node int32
 	if sp := sc.live[key]; sp != nil && sp.current() {
 		return sp, nil
 	}
-	delete(sc.live, key)
+	sc.dropLive(key)
 	if err := sc.initState(key, p, now); err != nil {
 		return nil, err
 	}
@@ -131,24 +143,85 @@ func (sc *shareCoordinator) livePartition(key shareKey, p *partition, node int32
 		return nil, err
 	}
 	sp := newLiveSharePartition(key, p, sh.state.parts[key], sh.state.pendingFor(key), sc.deliveryLimit(key.group))
-	sc.live[key] = sp
+	sc.addLive(sp)
 	sc.flush(sp, now)
 	sc.c.logger.Debug("share-partition loaded", "key", key.String(), "node", node, "start", sp.start, "end", sp.end())
 	return sp, nil
 }
 
-// flush writes sp's changes since its last write.
+// flush writes sp's changes since its last write, arms its lock timer,
+// and lets parked share fetches of its partition look again (records may
+// have become available).
 func (sc *shareCoordinator) flush(sp *sharePartition, now time.Time) {
-	v := sp.takeUpdate()
-	if v == nil {
+	sc.c.changed(sp.p)
+	if v := sp.takeUpdate(); v != nil {
+		if err := sc.writeState(sp.key, v, -1, -1, now); err != nil {
+			// The share coordinator always sits at the state partition's
+			// leader, so this only happens when that partition or its
+			// state is gone (a deleted group); the live state then goes too.
+			sc.c.logger.Warn("share state write failed; dropping live state", "key", sp.key.String(), "err", err)
+			sc.dropLive(sp.key)
+			return
+		}
+	}
+	if sp.acquired > 0 && sc.live[sp.key] == sp {
+		if sp.locks == nil {
+			sp.locks = newTimer(func(now time.Time) { sc.locksDue(sp, now) })
+		}
+		sc.c.armBy(sp.locks, sp.nextDeadline)
+	}
+}
+
+// locksDue releases the records of sp whose acquisition lock expired.
+func (sc *shareCoordinator) locksDue(sp *sharePartition, now time.Time) {
+	if sc.live[sp.key] != sp {
 		return
 	}
-	if err := sc.writeState(sp.key, v, -1, -1, now); err != nil {
-		// The share coordinator always sits at the state partition's
-		// leader, so this only happens when that partition or its
-		// state is gone (a deleted group); the live state then goes too.
-		sc.c.logger.Warn("share state write failed; dropping live state", "key", sp.key.String(), "err", err)
-		delete(sc.live, sp.key)
+	if !sp.current() {
+		sc.dropLive(sp.key)
+		return
+	}
+	if n := sp.expire(now, sc.deliveryLimit(sp.key.group)); n > 0 {
+		sc.c.logger.Debug("acquisition locks expired", "key", sp.key.String(), "records", n)
+	}
+	sc.flush(sp, now)
+}
+
+// addLive installs live state.
+func (sc *shareCoordinator) addLive(sp *sharePartition) {
+	sc.dropLive(sp.key)
+	sc.live[sp.key] = sp
+	if sc.liveByGroup[sp.key.group] == nil {
+		sc.liveByGroup[sp.key.group] = make(map[shareKey]*sharePartition)
+	}
+	sc.liveByGroup[sp.key.group][sp.key] = sp
+	if sc.liveByPartition[sp.p] == nil {
+		sc.liveByPartition[sp.p] = make(map[shareKey]*sharePartition)
+	}
+	sc.liveByPartition[sp.p][sp.key] = sp
+}
+
+// dropLive forgets the live state of key, if any.
+func (sc *shareCoordinator) dropLive(key shareKey) {
+	sp := sc.live[key]
+	if sp == nil {
+		return
+	}
+	delete(sc.live, key)
+	if byGroup := sc.liveByGroup[key.group]; byGroup != nil {
+		delete(byGroup, key)
+		if len(byGroup) == 0 {
+			delete(sc.liveByGroup, key.group)
+		}
+	}
+	if byPart := sc.liveByPartition[sp.p]; byPart != nil {
+		delete(byPart, key)
+		if len(byPart) == 0 {
+			delete(sc.liveByPartition, sp.p)
+		}
+	}
+	if sp.locks != nil {
+		sc.c.disarm(sp.locks)
 	}
 }
 
@@ -159,9 +232,16 @@ func (sc *shareCoordinator) leaderChanged(p *partition, _ int32) {
 	if p.topic.internal {
 		return
 	}
-	for key, sp := range sc.live {
-		if sp.p == p {
-			delete(sc.live, key)
+	for key := range sc.liveByPartition[p] {
+		sc.dropLive(key)
+	}
+}
+
+// topicDeleted drops the live state of a deleted topic's partitions.
+func (sc *shareCoordinator) topicDeleted(t *topic) {
+	for _, p := range t.partitions {
+		for key := range sc.liveByPartition[p] {
+			sc.dropLive(key)
 		}
 	}
 }
@@ -187,28 +267,11 @@ func (sc *shareCoordinator) markerWritten(p *partition, m controlMarker) {
 	}
 }
 
-// tick expires acquisition locks, fences members whose session timed out
-// and answers share fetches that waited long enough or now have records.
-func (sc *shareCoordinator) tick(now time.Time) {
-	for key, sp := range sc.live {
-		if !sp.current() {
-			delete(sc.live, key)
-			continue
-		}
-		if n := sp.expire(now, sc.deliveryLimit(key.group)); n > 0 {
-			sc.flush(sp, now)
-			sc.c.logger.Debug("acquisition locks expired", "key", key.String(), "records", n)
-		}
-	}
-	sc.fenceExpiredMembers(now)
-	sc.sweepWaits(now)
-}
-
 // releaseMemberRecords releases what member holds in the group's
 // share-partitions led by node (every node when node < 0).
 func (sc *shareCoordinator) releaseMemberRecords(group, member string, node int32, only map[shareTP]struct{}, now time.Time) {
-	for key, sp := range sc.live {
-		if key.group != group || !sp.current() || (node >= 0 && sp.leader != node) {
+	for key, sp := range sc.liveByGroup[group] {
+		if !sp.current() || (node >= 0 && sp.leader != node) {
 			continue
 		}
 		if only != nil {

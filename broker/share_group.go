@@ -47,6 +47,8 @@ type shareMember struct {
 	topics     []string // sorted
 	assigned   []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition
 	lastSeen   time.Time
+	session    *timer                  // fires when the member's session times out
+	sessions   map[int32]*shareSession // its share sessions, by node
 }
 
 // shareGroupState is the state ShareGroupDescribe and ListGroups report.
@@ -179,6 +181,7 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 		m.clientHost = r.cc.conn.RemoteAddr().String()
 	}
 	m.lastSeen = now
+	sc.armSession(g, m)
 	if fp := sc.c.metadataFingerprint(g); fp != g.metadata {
 		g.metadata = fp
 		g.bump(m)
@@ -246,24 +249,30 @@ func (sc *shareCoordinator) initAssigned(group string, assignment []kmsg.ShareGr
 func (sc *shareCoordinator) removeMember(g *shareGroup, m *shareMember, why string, now time.Time) {
 	delete(g.members, m.id)
 	g.epoch++
+	sc.c.disarm(m.session)
 	sc.releaseMemberRecords(g.name, m.id, -1, nil, now)
-	for key := range sc.sessions {
-		if key.group == g.name && key.member == m.id {
-			delete(sc.sessions, key)
-		}
+	for _, s := range m.sessions {
+		sc.endSession(s)
 	}
 	sc.c.logger.Info("share group member removed", "group", g.name, "member", m.id, "why", why, "group_epoch", g.epoch)
 }
 
-func (sc *shareCoordinator) fenceExpiredMembers(now time.Time) {
-	for _, g := range sc.groups {
-		timeout := sc.sessionTimeout(g.name)
-		for _, m := range g.members {
-			if now.Sub(m.lastSeen) > timeout {
-				sc.removeMember(g, m, "session timed out", now)
+// armSession arms the member's session timer: it is fenced once it has not
+// heartbeated for the group's session timeout.
+func (sc *shareCoordinator) armSession(g *shareGroup, m *shareMember) {
+	if m.session == nil {
+		m.session = newTimer(func(now time.Time) {
+			if g.members[m.id] != m || sc.groups[g.name] != g {
+				return
 			}
-		}
+			if now.Sub(m.lastSeen) >= sc.sessionTimeout(g.name) {
+				sc.removeMember(g, m, "session timed out", now)
+				return
+			}
+			sc.armSession(g, m)
+		})
 	}
+	sc.c.arm(m.session, m.lastSeen.Add(sc.sessionTimeout(g.name)))
 }
 
 // checkMemberEpoch validates a member and epoch for a transactional
@@ -331,10 +340,8 @@ func (c *Cluster) deleteShareGroup(name string) *kerr.Error {
 			return err
 		}
 	}
-	for key := range sc.live {
-		if key.group == name {
-			delete(sc.live, key)
-		}
+	for key := range sc.liveByGroup[name] {
+		sc.dropLive(key)
 	}
 	delete(sc.groups, name)
 	c.logger.Info("share group deleted", "group", name)

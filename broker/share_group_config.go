@@ -339,10 +339,16 @@ func (c *Cluster) alterGroupConfigs(group string, ops []kmsg.IncrementalAlterCon
 	if validateOnly {
 		return nil
 	}
+	sc := c.coordinators.share
 	if len(next) == 0 {
-		delete(c.coordinators.share.groupConfigs, group)
+		delete(sc.groupConfigs, group)
 	} else {
-		c.coordinators.share.groupConfigs[group] = next
+		sc.groupConfigs[group] = next
+	}
+	if g := sc.groups[group]; g != nil {
+		for _, m := range g.members {
+			sc.armSession(g, m) // the session timeout may have changed
+		}
 	}
 	c.logger.Info("group configs altered", "group", group, "configs", next)
 	return nil

@@ -70,7 +70,7 @@ func (sc *shareCoordinator) resetShareState(key shareKey, p *partition, start in
 			return err
 		}
 	}
-	delete(sc.live, key)
+	sc.dropLive(key)
 	if sh.state.parts[key] != nil {
 		if err := sc.writeState(key, nil, -1, -1, now); err != nil {
 			return err
@@ -89,7 +89,7 @@ func (sc *shareCoordinator) deleteShareState(group string, topicID [16]byte, now
 			continue
 		}
 		found = true
-		delete(sc.live, key)
+		sc.dropLive(key)
 		if err := sc.writeState(key, nil, -1, -1, now); err != nil {
 			return true, err
 		}

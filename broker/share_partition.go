@@ -116,6 +116,8 @@ type sharePartition struct {
 	// Offsets changed since the last write to __share_group_state.
 	dirtyLo, dirtyHi int64
 	persistedStart   int64
+
+	locks *timer // fires at nextDeadline while records are acquired
 }
 
 func (sp *sharePartition) end() int64 { return sp.start + int64(len(sp.recs)) }
@@ -295,6 +297,7 @@ func (sp *sharePartition) upTo(lim acquireLimits) int64 {
 // count) and the stored batches that hold them.
 func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Time) ([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, []*storedBatch) {
 	deadline := now.Add(lim.lock)
+	sp.archiveDeleted()
 	var acquired []int64
 	take := func(off int64, deliveries int16) {
 		sp.set(off, shareRecord{state: shareAcquired, deliveries: deliveries + 1, member: member, deadline: deadline})
@@ -328,7 +331,10 @@ func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Tim
 func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int64, deliveries int16)) {
 	p := sp.p
 	upTo := sp.upTo(lim)
-	if sp.end() < p.logStart && len(sp.recs) == 0 {
+	if sp.end() < p.logStart {
+		if len(sp.recs) > 0 {
+			return // records in flight below the log start hold the window back
+		}
 		sp.start = p.logStart
 	}
 	if sp.end() >= upTo || taken >= lim.maxRecords {
@@ -359,6 +365,18 @@ func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int
 			taken++
 		}
 	}
+}
+
+// archiveDeleted archives the AVAILABLE records below the log start: their
+// batches are gone (retention, DeleteRecords), so they can never be
+// delivered.
+func (sp *sharePartition) archiveDeleted() {
+	for i := 0; i < len(sp.recs) && sp.start+int64(i) < sp.p.logStart; i++ {
+		if r := sp.recs[i]; r.state == shareAvailable {
+			sp.set(sp.start+int64(i), shareRecord{state: shareArchived, deliveries: r.deliveries})
+		}
+	}
+	sp.advance()
 }
 
 // batchAborted reports whether a transactional batch belongs to one of the
@@ -618,7 +636,7 @@ func (sp *sharePartition) hasWork(lim acquireLimits) bool {
 // canGrow reports whether extend could take a new offset: one is there
 // to take, and the window is below maxLocks or in the middle of a batch.
 func (sp *sharePartition) canGrow(lim acquireLimits) bool {
-	if sp.end() >= sp.upTo(lim) {
+	if sp.end() >= sp.upTo(lim) || (sp.end() < sp.p.logStart && len(sp.recs) > 0) {
 		return false
 	}
 	if len(sp.recs) < lim.maxLocks {

@@ -30,9 +30,11 @@ type shareTP struct {
 }
 
 type shareSession struct {
-	key   shareSessionKey
-	epoch int32 // the epoch the next request must carry
-	parts map[shareTP]struct{}
+	key    shareSessionKey
+	member *shareMember
+	epoch  int32 // the epoch the next request must carry
+	parts  map[shareTP]struct{}
+	wait   *shareFetchWait // a ShareFetch parked on the session
 }
 
 func (s *shareSession) bump() {
@@ -64,13 +66,17 @@ func (s *shareSession) sorted() []shareTP {
 	return out
 }
 
-// openSession starts a new session for key.
-func (sc *shareCoordinator) openSession(key shareSessionKey, now time.Time) *shareSession {
+// openSession starts a new session for key, a member of the group.
+func (sc *shareCoordinator) openSession(key shareSessionKey, m *shareMember, now time.Time) *shareSession {
 	if old := sc.sessions[key]; old != nil {
 		sc.closeSession(old, now)
 	}
-	s := &shareSession{key: key, parts: make(map[shareTP]struct{})}
+	s := &shareSession{key: key, member: m, parts: make(map[shareTP]struct{})}
 	sc.sessions[key] = s
+	if m.sessions == nil {
+		m.sessions = make(map[int32]*shareSession)
+	}
+	m.sessions[key.node] = s
 	return s
 }
 
@@ -89,20 +95,34 @@ func (sc *shareCoordinator) session(key shareSessionKey, epoch int32) (*shareSes
 // closeSession ends a session and releases the member's records in its
 // partitions at the session's node.
 func (sc *shareCoordinator) closeSession(s *shareSession, now time.Time) {
+	sc.endSession(s)
+	sc.releaseMemberRecords(s.key.group, s.key.member, s.key.node, s.parts, now)
+}
+
+// endSession forgets a session; a ShareFetch parked on it is answered with
+// what it has.
+func (sc *shareCoordinator) endSession(s *shareSession) {
 	if sc.sessions[s.key] == s {
 		delete(sc.sessions, s.key)
 	}
-	sc.releaseMemberRecords(s.key.group, s.key.member, s.key.node, s.parts, now)
+	if s.member.sessions[s.key.node] == s {
+		delete(s.member.sessions, s.key.node)
+	}
+	if s.wait != nil {
+		s.wait.answer()
+	}
 }
 
 // shareFetchWait is a ShareFetch parked until records can be acquired or
 // its wait ends. Its piggybacked acknowledgements were already applied.
 type shareFetchWait struct {
+	sc       *shareCoordinator
 	r        *request
 	session  *shareSession
-	resp     *kmsg.ShareFetchResponse
+	ans      *shareFetchAnswer
 	limits   shareFetchLimits
-	deadline time.Time
+	watched  []*partition
+	deadline *timer
 }
 
 // shareFetchLimits bounds one ShareFetch.
@@ -111,33 +131,88 @@ type shareFetchLimits struct {
 	maxBytes   int
 }
 
-func (sc *shareCoordinator) sweepWaits(now time.Time) {
-	if len(sc.waits) == 0 {
+// park waits for records in the session's partitions.
+func (sc *shareCoordinator) park(r *request, s *shareSession, ans *shareFetchAnswer, lim shareFetchLimits, wait time.Duration, now time.Time) {
+	w := &shareFetchWait{sc: sc, r: r, session: s, ans: ans, limits: lim}
+	for tp := range s.parts {
+		if t := sc.c.topicsByID[tp.topicID]; t != nil && tp.partition >= 0 && int(tp.partition) < len(t.partitions) {
+			p := t.partitions[tp.partition]
+			w.watched = append(w.watched, p)
+			sc.c.watch(p, w)
+		}
+	}
+	s.wait = w
+	w.deadline = newTimer(func(time.Time) { w.answer() })
+	sc.c.arm(w.deadline, now.Add(wait))
+}
+
+// partitionChanged looks for records in p, and answers once it acquires
+// some or a partition reports an error.
+func (w *shareFetchWait) partitionChanged(p *partition, now time.Time) {
+	sc, s := w.sc, w.session
+	key := shareKey{group: s.key.group, topicID: p.topic.id, partition: p.index}
+	if sp := sc.live[key]; sp != nil && sp.current() && !p.deleted && !sp.hasWork(sc.acquireLimits(s.key.group, w.limits)) {
 		return
 	}
-	kept := sc.waits[:0]
-	for _, w := range sc.waits {
-		if sc.sessions[w.session.key] != w.session {
-			w.r.respond(w.resp) // the session was replaced or closed meanwhile
-			continue
-		}
-		n, errs := sc.fetchInto(w.r.node.id, w.session, w.limits, w.resp, now)
-		if n > 0 || errs || !now.Before(w.deadline) {
-			w.r.respond(w.resp)
-			continue
-		}
-		kept = append(kept, w)
+	if n, errs := sc.fetchInto(w.r.node.id, s, w.limits, w.ans, now); n > 0 || errs {
+		w.answer()
 	}
-	for i := len(kept); i < len(sc.waits); i++ {
-		sc.waits[i] = nil
+}
+
+// answer sends what the fetch has and forgets the wait.
+func (w *shareFetchWait) answer() {
+	for _, p := range w.watched {
+		w.sc.c.unwatch(p, w)
 	}
-	sc.waits = kept
+	w.watched = nil
+	w.sc.c.disarm(w.deadline)
+	if w.session.wait == w {
+		w.session.wait = nil
+	}
+	w.r.respond(w.ans)
+}
+
+// acquireLimits is what one acquisition of the group may take.
+func (sc *shareCoordinator) acquireLimits(group string, lim shareFetchLimits) acquireLimits {
+	return acquireLimits{
+		maxRecords:    lim.maxRecords,
+		maxBytes:      lim.maxBytes,
+		lock:          sc.lockDuration(group),
+		limit:         sc.deliveryLimit(group),
+		readCommitted: sc.readCommitted(group),
+		maxLocks:      sc.maxRecordLocks(group),
+	}
+}
+
+// shareFetchAnswer is a ShareFetch response whose record bytes are copied
+// from the stored batches by the connection's goroutine (prepare).
+type shareFetchAnswer struct {
+	*kmsg.ShareFetchResponse
+	fills []shareFetchFill
+}
+
+type shareFetchFill struct {
+	tp      shareTP
+	batches []*storedBatch
+}
+
+// prepare copies the batches into the answer; it runs off the loop.
+func (a *shareFetchAnswer) prepare() kmsg.Response {
+	for _, f := range a.fills {
+		rp := shareFetchPartitionResp(a.ShareFetchResponse, f.tp)
+		for _, b := range f.batches {
+			rp.Records = append(rp.Records, b.raw...)
+		}
+	}
+	a.fills = nil
+	return a.ShareFetchResponse
 }
 
 // fetchInto acquires records for the session's member from the session's
 // partitions into resp. It returns how many records it acquired and
 // whether a partition reported an error.
-func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetchLimits, resp *kmsg.ShareFetchResponse, now time.Time) (int, bool) {
+func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetchLimits, ans *shareFetchAnswer, now time.Time) (int, bool) {
+	resp := ans.ShareFetchResponse
 	total, bytes, errs := 0, 0, false
 	group, member := s.key.group, s.key.member
 	for _, tp := range s.sorted() {
@@ -171,14 +246,7 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 			errs = true
 			continue
 		}
-		alim := acquireLimits{
-			maxRecords:    lim.maxRecords - total,
-			maxBytes:      lim.maxBytes - bytes,
-			lock:          sc.lockDuration(group),
-			limit:         sc.deliveryLimit(group),
-			readCommitted: sc.readCommitted(group),
-			maxLocks:      sc.maxRecordLocks(group),
-		}
+		alim := sc.acquireLimits(group, shareFetchLimits{maxRecords: lim.maxRecords - total, maxBytes: lim.maxBytes - bytes})
 		if !sp.hasWork(alim) {
 			continue
 		}
@@ -189,9 +257,9 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 		}
 		rp := shareFetchPartitionResp(resp, tp)
 		for _, b := range batches {
-			rp.Records = append(rp.Records, b.raw...)
 			bytes += len(b.raw)
 		}
+		ans.fills = append(ans.fills, shareFetchFill{tp: tp, batches: batches})
 		rp.AcquiredRecords = append(rp.AcquiredRecords, ranges...)
 		for _, ar := range ranges {
 			total += int(ar.LastOffset - ar.FirstOffset + 1)

@@ -36,9 +36,12 @@ package broker
 // their staged acknowledgement sits in the pending transactional record.
 //
 // The data partition's leader owns the live state (share_partition.go) and
-// writes every change here through persistShare; the live path and replay
+// writes every change here through writeState; the live path and replay
 // apply records with the same functions, so a new leader of a
 // __share_group_state partition rebuilds exactly the state the old one had.
+// Compaction (compaction.go) rewrites the log as one snapshot per
+// share-partition plus the staged acknowledgements still pending
+// (liveRecords, at the end of this file).
 
 import (
 	"encoding/base64"
@@ -388,4 +391,56 @@ func (sc *shareCoordinator) loadShareState(p *partition, node int32) *shareState
 	}
 	sc.c.logger.Debug("share state loaded", "partition", p.index, "node", node, "share_partitions", len(st.parts), "pending_producers", len(st.pending))
 	return st
+}
+
+// liveRecords lists the records that rebuild the share state of p's
+// serving shard, for compaction: a fresh snapshot of every share-partition,
+// then the staged acknowledgements still waiting for their transaction's
+// marker, as records of that producer (a staged record needs its
+// share-partition's snapshot before it). The snapshots replace the
+// snapshot-and-updates chains, so each share-partition's update count
+// starts again; state epochs of deleted share-partitions are forgotten with
+// their tombstones, so one initialized again later starts at epoch 1.
+func (sc *shareCoordinator) liveRecords(p *partition) ([]keptRecord, func(), bool) {
+	sh, err := sc.states.lookup(p.leader, p.index)
+	if err != nil || !sh.current() {
+		return nil, nil, false
+	}
+	st := sh.state
+	keys := make([]shareKey, 0, len(st.parts))
+	for key := range st.parts {
+		keys = append(keys, key)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	var kept []keptRecord
+	for _, key := range keys {
+		ps := st.parts[key]
+		v := &shareStateValue{Kind: shareKindSnapshot, StateEpoch: ps.stateEpoch, StartOffset: ps.start, Batches: ps.batches()}
+		kept = append(kept, keptRecord{order: int64(len(kept)), rec: kv{key: encodeShareStateKey(key), value: encodeShareStateValue(v)}, pid: -1, epoch: -1})
+	}
+	pids := make([]int64, 0, len(st.pending))
+	for pid := range st.pending {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	for _, pid := range pids {
+		for _, e := range st.pending[pid] {
+			ps := st.parts[e.key]
+			if ps == nil {
+				continue
+			}
+			v := &shareStateValue{Kind: shareKindStaged, StateEpoch: ps.stateEpoch, Staged: e.batches}
+			kept = append(kept, keptRecord{order: int64(len(kept)), rec: kv{key: encodeShareStateKey(e.key), value: encodeShareStateValue(v)}, pid: pid, epoch: e.epoch})
+		}
+	}
+	return kept, func() {
+		for _, ps := range st.parts {
+			ps.updates = 0
+		}
+		for key := range st.epochs {
+			if st.parts[key] == nil {
+				delete(st.epochs, key)
+			}
+		}
+	}, true
 }

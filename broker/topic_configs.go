@@ -2,9 +2,10 @@ package broker
 
 // The topic configs Kafka 4.4 knows, with its defaults and its validation,
 // so that CreateTopics refuses what Kafka refuses (INVALID_CONFIG) and
-// lists a new topic's configs as Kafka does. The broker enforces
-// max.message.bytes (topic_limits.go); it keeps every record in memory
-// until the topic is deleted.
+// lists a new topic's configs as Kafka does. Of these the broker enforces
+// max.message.bytes (topic_limits.go) and cleanup.policy's "delete",
+// retention.ms and retention.bytes (retention.go, per batch rather than
+// per segment); the others are stored and described only.
 
 import (
 	"fmt"

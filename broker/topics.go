@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"strings"
+	"time"
 	"unicode/utf16"
 
 	"github.com/kshare-go/kshare/wire"
@@ -17,7 +19,28 @@ type topic struct {
 	partitions []*partition
 	configs    map[string]string
 	internal   bool
+	retention  retentionPolicy // from configs; see setConfigs
 }
+
+// setConfigs installs a topic's configs and what follows from them.
+func (c *Cluster) setConfigs(t *topic, configs map[string]string) {
+	if configs == nil {
+		configs = map[string]string{}
+	}
+	t.configs = configs
+	t.retention = retentionPolicyOf(configs)
+	if t.internal {
+		return
+	}
+	now := time.Now()
+	for _, p := range t.partitions {
+		c.armRetention(p, now)
+	}
+}
+
+// normalizedTopicName is a topic name with '.' and '_' made alike: Kafka
+// refuses two topics whose names differ only there.
+func normalizedTopicName(name string) string { return strings.ReplaceAll(name, ".", "_") }
 
 func newTopicID() [16]byte {
 	var id [16]byte
@@ -30,15 +53,21 @@ func newTopicID() [16]byte {
 // createTopic makes a topic whose partitions are led round-robin across the
 // nodes, starting after the topic's own offset so topics spread out.
 func (c *Cluster) createTopic(name string, partitions int32, configs map[string]string, internal bool) *topic {
-	t := &topic{name: name, id: newTopicID(), configs: configs, internal: internal}
-	if t.configs == nil {
-		t.configs = map[string]string{}
-	}
+	t := &topic{name: name, id: newTopicID(), internal: internal}
 	start := int32(len(c.topics))
+	now := time.Now()
 	for i := int32(0); i < partitions; i++ {
-		t.partitions = append(t.partitions, newPartition(t, i, (start+i)%int32(len(c.nodes))))
+		p := newPartition(t, i, (start+i)%int32(len(c.nodes)))
+		p.c = c
+		// Like Kafka's first retention check, which comes a while after
+		// start, a new partition is first checked one interval after
+		// its creation.
+		p.lastRetention = now
+		t.partitions = append(t.partitions, p)
 	}
+	c.setConfigs(t, configs)
 	c.topics[name] = t
+	c.topicsByNorm[normalizedTopicName(name)] = t
 	c.topicsByID[t.id] = t
 	return t
 }
@@ -52,8 +81,15 @@ func (c *Cluster) createInternalTopics() {
 func (c *Cluster) deleteTopic(t *topic) {
 	delete(c.topics, t.name)
 	delete(c.topicsByID, t.id)
+	if c.topicsByNorm[normalizedTopicName(t.name)] == t {
+		delete(c.topicsByNorm, normalizedTopicName(t.name))
+	}
 	for _, p := range t.partitions {
 		p.deleted = true
+	}
+	c.partitionsDeleted(t)
+	for _, fn := range c.deleteListeners {
+		fn(t)
 	}
 }
 
@@ -80,6 +116,7 @@ func (c *Cluster) moveLeader(p *partition, to int32) {
 	for _, fn := range c.leaderListeners {
 		fn(p, old)
 	}
+	c.changed(p)
 }
 
 // MoveLeader moves the leadership of a partition to a node at once, the

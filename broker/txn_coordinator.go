@@ -24,10 +24,18 @@ package broker
 // Kafka's PrepareEpochFence is an in-memory pending state that is never
 // written; here a fence is one atomic step on the run loop that writes
 // PrepareAbort at the fenced epoch, so no transaction is ever seen in it.
-// Transactional ids never expire (no Dead state).
+//
+// Each transactional id has one timer (timers.go), armed at whatever is due
+// next for it: the transaction timeout while Ongoing, the next marker
+// resend while prepared, its expiry otherwise. An id with no transaction in
+// progress expires TransactionalIDExpiration (Kafka's
+// transactional.id.expiration.ms, 7 days) after its last update: a
+// tombstone is written and the id is forgotten, as Kafka's Dead state
+// does. Idle ids cost nothing until then. The log is compacted to one
+// record per live id (compaction.go).
 //
 // A new leader replays the log; a transaction it finds in PrepareCommit or
-// PrepareAbort is completed by the sweep, which sends its markers again.
+// PrepareAbort is completed at once, by sending its markers again.
 // Markers are idempotent at the leaders (KIP-1228), so sending them twice
 // is safe.
 
@@ -239,7 +247,8 @@ func decodeTxnMeta(id string, value []byte) (*txnMeta, error) {
 
 // txnShard is one node's state of one __transaction_state partition.
 type txnShard struct {
-	txns map[string]*txnMeta
+	txns   map[string]*txnMeta
+	timers map[string]*timer // by transactional id
 }
 
 // txnCoordinator serves transactions on every node, through the shards of
@@ -256,8 +265,17 @@ func init() {
 	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
 		tc := &txnCoordinator{c: c, peers: make(peerVersions)}
 		tc.shards = newShards(c, wire.TransactionStateTopic, tc.load)
+		tc.shards.unload = tc.unload
 		c.coordinators.txn = tc
-		c.onTick(tc.sweep)
+		c.onCompact(wire.TransactionStateTopic, tc.liveRecords)
+		for _, sh := range tc.shards.loaded {
+			tc.scheduleAll(sh)
+		}
+		c.onLeaderChange(func(p *partition, _ int32) {
+			if sh := tc.shards.loaded[shardKey{p.leader, p.index}]; p.topic.name == wire.TransactionStateTopic && sh != nil {
+				tc.scheduleAll(sh)
+			}
+		})
 	})
 }
 
@@ -265,7 +283,7 @@ func init() {
 // decode is logged and skipped: the broker wrote every record itself, so
 // this only happens if the log was damaged.
 func (tc *txnCoordinator) load(p *partition, node int32) *txnShard {
-	st := &txnShard{txns: make(map[string]*txnMeta)}
+	st := &txnShard{txns: make(map[string]*txnMeta), timers: make(map[string]*timer)}
 	for _, b := range p.batches {
 		if b.control {
 			continue
@@ -317,6 +335,7 @@ func (tc *txnCoordinator) persist(sh *shard[*txnShard], m *txnMeta, now time.Tim
 		return err
 	}
 	sh.state.txns[m.id] = m
+	tc.schedule(sh, m)
 	return nil
 }
 
@@ -327,26 +346,106 @@ func (c *Cluster) allocProducerID() int64 {
 	return id
 }
 
-// sweep runs every tick on the loop: it aborts transactions that outlived
-// their timeout and resends markers that are due, on the shards their node
-// still leads.
-func (tc *txnCoordinator) sweep(now time.Time) {
-	nowMs := now.UnixMilli()
-	for _, sh := range tc.shards.loaded {
-		if !sh.current() {
-			continue
-		}
-		for _, m := range sh.state.txns {
-			switch {
-			case m.state == txnOngoing && m.startMs >= 0 && nowMs-m.startMs >= int64(m.timeoutMs):
-				tc.c.logger.Info("aborting timed-out transaction", "transactional_id", m.id,
-					"producer_id", m.producerID, "epoch", m.epoch, "timeout_ms", m.timeoutMs)
-				if _, err := tc.fenceAndAbort(sh, m, now); err != nil {
-					tc.c.logger.Warn("timed-out transaction not aborted", "transactional_id", m.id, "err", err)
-				}
-			case m.state.preparing() && !now.Before(m.retryAt):
-				tc.sendMarkers(sh, m, now)
-			}
-		}
+// scheduleAll arms the timer of every id of a shard that starts serving.
+func (tc *txnCoordinator) scheduleAll(sh *shard[*txnShard]) {
+	for _, m := range sh.state.txns {
+		tc.schedule(sh, m)
 	}
+}
+
+// schedule arms the timer of m's id at what is due next for it: the
+// transaction timeout while Ongoing, the next marker resend (at once after
+// a load) while prepared, the id's expiry otherwise.
+func (tc *txnCoordinator) schedule(sh *shard[*txnShard], m *txnMeta) {
+	var due time.Time
+	switch {
+	case m.state == txnOngoing:
+		due = time.UnixMilli(m.startMs + int64(m.timeoutMs))
+	case m.state.preparing():
+		due = m.retryAt
+	default:
+		due = time.UnixMilli(m.updateMs).Add(tc.c.cfg.txnIDExpiration)
+	}
+	t := sh.state.timers[m.id]
+	if t == nil {
+		id := m.id
+		t = newTimer(func(now time.Time) { tc.due(sh, id, now) })
+		sh.state.timers[id] = t
+	}
+	tc.c.arm(t, due)
+}
+
+// due runs when an id's timer fires: it aborts a transaction that outlived
+// its timeout, resends the markers of a prepared one, or expires an idle
+// id, if that is still due, and re-arms the timer for what comes next.
+func (tc *txnCoordinator) due(sh *shard[*txnShard], id string, now time.Time) {
+	if !sh.current() {
+		return // the shard resigned; unload stops its timers
+	}
+	m := sh.state.txns[id]
+	if m == nil {
+		delete(sh.state.timers, id)
+		return
+	}
+	nowMs := now.UnixMilli()
+	switch {
+	case m.state == txnOngoing && nowMs-m.startMs >= int64(m.timeoutMs):
+		tc.c.logger.Info("aborting timed-out transaction", "transactional_id", m.id,
+			"producer_id", m.producerID, "epoch", m.epoch, "timeout_ms", m.timeoutMs)
+		if _, err := tc.fenceAndAbort(sh, m, now); err != nil {
+			tc.c.logger.Warn("timed-out transaction not aborted", "transactional_id", m.id, "err", err)
+		}
+	case m.state.preparing() && !now.Before(m.retryAt):
+		tc.sendMarkers(sh, m, now)
+	case (m.state == txnEmpty || m.state.complete()) && !now.Before(time.UnixMilli(m.updateMs).Add(tc.c.cfg.txnIDExpiration)):
+		tc.expire(sh, m, now)
+		return
+	}
+	if cur := sh.state.txns[id]; cur != nil && !sh.state.timers[id].armed() {
+		tc.schedule(sh, cur)
+	}
+}
+
+// expire forgets an id with no transaction in progress, writing its
+// tombstone first.
+func (tc *txnCoordinator) expire(sh *shard[*txnShard], m *txnMeta, now time.Time) {
+	if _, err := sh.append([]kv{{key: []byte(m.id)}}, -1, -1, now); err != nil {
+		tc.c.logger.Warn("transactional id not expired", "transactional_id", m.id, "err", err)
+		return
+	}
+	delete(sh.state.txns, m.id)
+	delete(sh.state.timers, m.id)
+	tc.c.logger.Debug("transactional id expired", "transactional_id", m.id, "producer_id", m.producerID,
+		"state", m.state.String(), "last_update_ms", m.updateMs)
+}
+
+// unload stops the timers of a shard that no longer serves.
+func (tc *txnCoordinator) unload(sh *shard[*txnShard]) {
+	for _, t := range sh.state.timers {
+		tc.c.disarm(t)
+	}
+}
+
+// liveRecords lists one record per live id of the partition, for
+// compaction.
+func (tc *txnCoordinator) liveRecords(p *partition) ([]keptRecord, func(), bool) {
+	sh, err := tc.shards.lookup(p.leader, p.index)
+	if err != nil || !sh.current() {
+		return nil, nil, false
+	}
+	ids := make([]string, 0, len(sh.state.txns))
+	for id := range sh.state.txns {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	kept := make([]keptRecord, 0, len(ids))
+	for i, id := range ids {
+		value, err := encodeTxnMeta(sh.state.txns[id])
+		if err != nil {
+			tc.c.logger.Error("transaction state not compacted", "err", err)
+			return nil, nil, false
+		}
+		kept = append(kept, keptRecord{order: int64(i), rec: kv{key: []byte(id), value: value}, pid: -1, epoch: -1})
+	}
+	return kept, nil, true
 }

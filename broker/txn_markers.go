@@ -85,6 +85,7 @@ func (tc *txnCoordinator) sendMarkers(sh *shard[*txnShard], m *txnMeta, now time
 		)
 	}
 	m.retryAt = now.Add(m.retry.NextBackOff())
+	tc.schedule(sh, m)
 }
 
 // markerRequest builds the WriteTxnMarkers request of m for partitions at

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -43,6 +44,15 @@ func run(args []string) error {
 	offsetParts := fs.Int("offsets-partitions", 6, "partitions of __consumer_offsets")
 	shareParts := fs.Int("share-state-partitions", 6, "partitions of __share_group_state")
 	maxFrame := fs.Int("max-frame-bytes", 100<<20, "largest request frame accepted")
+	maxBytes := fs.Int64("max-bytes", 0, "memory budget for stored records, in bytes; past it produce is refused with POLICY_VIOLATION (0 = none)")
+	fetchMax := fs.Int("fetch-max-bytes", 55<<20, "largest Fetch or ShareFetch answer, in record bytes (Kafka's fetch.max.bytes)")
+	txnExpiry := fs.Duration("transactional-id-expiration", 7*24*time.Hour, "forget transactional ids idle this long (Kafka's transactional.id.expiration.ms)")
+	offsetsRetention := fs.Duration("offsets-retention", 7*24*time.Hour, "expire committed offsets of empty groups this long after (Kafka's offsets.retention.minutes)")
+	producerExpiry := fs.Duration("producer-id-expiration", 24*time.Hour, "forget a partition's idle producer state after this long (Kafka's producer.id.expiration.ms)")
+	retentionCheck := fs.Duration("retention-check-interval", 5*time.Minute, "enforce retention.ms and retention.bytes at most this often per partition (Kafka's log.retention.check.interval.ms)")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "close a connection whose request does not fully arrive within this")
+	idleTimeout := fs.Duration("connections-max-idle", 10*time.Minute, "close connections idle this long (Kafka's connections.max.idle.ms)")
+	maxConns := fs.Int("max-connections", 0, "close new connections past this many open ones (0 = no limit)")
 	legacyMarkers := fs.Bool("legacy-marker-validation", false, "debug: check TV2 markers with the legacy rule (the gap KIP-1228 closes)")
 	staleCoord := fs.Duration("legacy-stale-coordinator", 0, "debug: after a coordinator move the old coordinator answers from its cache for this long (KAFKA-21181)")
 	lateMarkers := fs.Duration("late-marker-copies", 0, "debug: send every transaction marker once more after this delay")
@@ -64,6 +74,9 @@ func run(args []string) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("-log-level %q: %w", *logLevel, err)
+	}
+	if *fetchMax < 1 || *fetchMax > math.MaxInt32 || *maxFrame < 0 || *maxFrame > math.MaxInt32 {
+		return fmt.Errorf("-fetch-max-bytes %d and -max-frame-bytes %d must be in 1..%d", *fetchMax, *maxFrame, math.MaxInt32)
 	}
 	if *port < 0 || *port+*nodes-1 > 65535 {
 		return fmt.Errorf("-port %d with %d nodes is out of range", *port, *nodes)
@@ -89,6 +102,15 @@ func run(args []string) error {
 		broker.ConsumerOffsetsPartitions(int32(*offsetParts)),
 		broker.ShareStatePartitions(int32(*shareParts)),
 		broker.MaxFrameBytes(int32(*maxFrame)),
+		broker.MaxBytes(*maxBytes),
+		broker.FetchMaxBytes(int32(*fetchMax)),
+		broker.TransactionalIDExpiration(*txnExpiry),
+		broker.OffsetsRetention(*offsetsRetention),
+		broker.ProducerIDExpiration(*producerExpiry),
+		broker.RetentionCheckInterval(*retentionCheck),
+		broker.ReadTimeout(*readTimeout),
+		broker.ConnectionsMaxIdle(*idleTimeout),
+		broker.MaxConnections(*maxConns),
 		broker.LegacyMarkerValidation(*legacyMarkers),
 		broker.LegacyStaleCoordinator(*staleCoord),
 		broker.LateMarkerCopies(*lateMarkers),

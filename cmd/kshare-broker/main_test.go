@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -66,6 +68,10 @@ func TestBadFlagsFail(t *testing.T) {
 		{"-port", "70000"},
 		{"-no-such-flag"},
 		{"-old-nodes", "x"},
+		{"-max-bytes", "-1"},
+		{"-read-timeout", "0s"},
+		{"-fetch-max-bytes", "4294967296"},
+		{"-max-connections", "-2"},
 		{"-nodes", "2", "-old-nodes", "2"},
 		{"-group-config", "share.auto.offset.reset"},
 		{"-group-config", "share.auto.offset.reset=sideways"},
@@ -131,4 +137,39 @@ func TestGroupConfigFlag(t *testing.T) {
 	require.Len(t, resp.Resources, 1)
 	require.Len(t, resp.Resources[0].Configs, 1)
 	require.Equal(t, "earliest", *resp.Resources[0].Configs[0].Value)
+}
+
+// TestMaxBytesFlagRefusesProduceAndKeepsReads: with -max-bytes the
+// process refuses records past its budget with POLICY_VIOLATION, which the
+// client does not retry, and keeps serving what it holds.
+func TestMaxBytesFlagRefusesProduceAndKeepsReads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, _, seeds := startBroker(ctx, t, buildBroker(t), "-port", "0", "-log-level", "error", "-max-bytes", "65536")
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("budget"),
+		kgo.ConsumeTopics("budget"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	value := make([]byte, 8<<10)
+	_, _ = rand.Read(value) // incompressible: kgo compresses batches
+	var refused error
+	produced := 0
+	for i := 0; i < 20 && refused == nil; i++ {
+		if refused = cl.ProduceSync(ctx, &kgo.Record{Value: value}).FirstErr(); refused == nil {
+			produced++
+		}
+	}
+	require.ErrorIs(t, refused, kerr.PolicyViolation)
+	require.Positive(t, produced)
+	got := 0
+	for got < produced {
+		fetches := cl.PollFetches(ctx)
+		require.NoError(t, fetches.Err())
+		got += fetches.NumRecords()
+	}
+	require.Equal(t, produced, got)
 }
