@@ -286,6 +286,10 @@ func TestRealErrorsHaveOneClass(t *testing.T) {
 	require.NoError(t, pp.BeginTransaction())
 	add("share acknowledgements on a cluster without KIP-1289",
 		pp.SendShareAcksToTransaction(ctx, again2.Acks(back, kshare.AckAccept), again2.GroupMetadata()), kshare.ErrUnsupported)
+	pa, err := acknowledger.New(acknowledger.SeedBrokers(plain.Bootstrap()...), acknowledger.TransactionalID("plain-acks"))
+	require.NoError(t, err)
+	defer pa.Close(ctx)
+	add("an acknowledger on a cluster without KIP-1289", pa.InitTransactions(ctx), kshare.ErrUnsupported)
 
 	// wire and broker
 	req := &wire.TxnShareAcknowledgeRequest{TransactionalID: "t"}

@@ -12,6 +12,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/producer"
 )
 
@@ -125,15 +126,40 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 // anything else, and again after an error left a transaction that
 // AbortAcknowledgements could not end: it ends that transaction first (see
 // producer.Producer.InitTransactions).
+//
+// It then checks that the transaction coordinator serves transactional
+// share acknowledgements (KIP-1289), which every commit of the
+// acknowledger needs, and fails with kshare.ErrUnsupported, naming the
+// broker and what it lacks, if it does not: on such a cluster the first
+// commit would fail the same way, and a program learns it at once. The
+// acknowledger is initialized either way. Its other errors are the
+// producer's.
 func (a *Acknowledger) InitTransactions(ctx context.Context) error {
-	leave, err := a.enter(ctx, "init transactions")
+	const op = "init transactions"
+	leave, err := a.enter(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	err = a.p.InitTransactions(ctx)
+	if err := a.p.InitTransactions(ctx); err != nil {
+		return err
+	}
+	a.open = false
+	return a.requireShareAcks(ctx, op)
+}
+
+// requireShareAcks asks the transaction coordinator (through the
+// producer's client) whether it serves KIP-1289.
+func (a *Acknowledger) requireShareAcks(ctx context.Context, op string) error {
+	cl := a.p.Client()
+	coord, err := txn.NewCoordinators(cl, a.logger).Find(ctx, txn.TransactionCoordinator, a.p.Status().TransactionalID)
 	if err == nil {
-		a.open = false
+		err = txn.NewCapabilities(cl).RequireShareAcks(ctx, op, []int32{coord})
+	}
+	if err != nil && !errs.Is(err) {
+		// The question could not be asked: the first commit asks again.
+		a.logger.Debug("could not check the transaction coordinator for KIP-1289", "err", err)
+		return nil
 	}
 	return err
 }

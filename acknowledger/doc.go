@@ -60,7 +60,8 @@
 // Close learns it), kshare.ErrCommitted (AbortAcknowledgements found that
 // such a commit had committed: not a failure), kshare.ErrFatal (fenced or
 // unauthorized: close the acknowledger), kshare.ErrUnsupported (a broker
-// lacks KIP-1289; the message names it), kshare.ErrUsage (fix the call)
+// lacks KIP-1289; the message names it; InitTransactions checks the
+// transaction coordinator at once), kshare.ErrUsage (fix the call)
 // and kshare.ErrClosed (after Close). A lock that ran out surfaces as
 // kshare.ErrAbortable wrapping shareconsumer.ErrLockExpired.
 //
