@@ -9,9 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/producer"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // Acknowledger commits share-group acknowledgements in Kafka transactions
@@ -22,21 +24,22 @@ import (
 //
 // Its calls may be shared by goroutines: the transaction calls
 // (InitTransactions, CommitAcknowledgements, AbortAcknowledgements,
-// CommitCheckpoint, AbortCheckpoint) run one at a time, each waiting for
-// the one in progress within its context; Stage and Staged never wait for
-// a transaction; Close never waits past its context. Every error matches
-// txnclient.ErrAbortable (the acknowledgements did not commit; the records
-// come back to the group, see the package documentation),
-// txnclient.ErrInDoubt (a commit's outcome could not be learned, see
-// CommitAcknowledgements), txnclient.ErrFatal (fenced, unauthorized, or the
-// cluster lacks KIP-1289: close the acknowledger) or txnclient.ErrUsage
-// (fix the call, or the acknowledger is closed).
+// CommitCheckpoint) run one at a time, each waiting for the one in
+// progress within its context; Stage, Staged and AbortCheckpoint never
+// wait for a transaction; Close never waits past its context. Every error
+// matches one class of package kshare; see the package documentation.
+// Create it with New; an Acknowledger that New did not create answers
+// every call with kshare.ErrUsage.
 type Acknowledger struct {
 	p      *producer.Producer
 	logger *slog.Logger
 	// txnSem serializes the transaction calls; a channel, so that waiting
 	// for it ends with the caller's context.
 	txnSem chan struct{}
+	// open is set, under txnSem, while a failed call has left a
+	// transaction that its own abort could not end: AbortAcknowledgements
+	// ends it.
+	open bool
 
 	mu        sync.Mutex // guards what follows; never held across a transaction
 	closed    bool
@@ -48,24 +51,25 @@ type Acknowledger struct {
 // checkpoint is one Stage call waiting for its checkpoint to complete.
 type checkpoint struct {
 	id   int64
-	acks *wire.ShareAcks
-	meta wire.ShareGroupMetadata
+	acks *acktrack.Set
+	meta kshare.ShareGroupMetadata
 }
 
 // New creates an Acknowledger and its producer. It does not contact the
-// cluster; call InitTransactions first. It fails with txnclient.ErrUsage
-// on missing or invalid options (SeedBrokers and TransactionalID are
+// cluster; call InitTransactions first. It fails with kshare.ErrUsage on
+// missing or invalid options (SeedBrokers and TransactionalID are
 // required).
 func New(opts ...Opt) (*Acknowledger, error) {
+	const op = "new acknowledger"
 	cfg := config{logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		if o == nil {
-			return nil, txnclient.Usage("new acknowledger", errors.New("nil option"))
+			return nil, errs.Usage(op, errors.New("nil option"))
 		}
 		o.apply(&cfg)
 	}
 	if cfg.logger == nil {
-		return nil, txnclient.Usage("new acknowledger", errors.New("nil logger"))
+		return nil, errs.Usage(op, errors.New("nil logger"))
 	}
 	p, err := producer.New(cfg.producer...)
 	if err != nil {
@@ -74,15 +78,34 @@ func New(opts ...Opt) (*Acknowledger, error) {
 	return &Acknowledger{p: p, logger: cfg.logger, txnSem: make(chan struct{}, 1)}, nil
 }
 
-// Producer returns the producer that runs the transactions, for its
-// metrics and transaction state. Do not begin or end transactions on it.
-func (a *Acknowledger) Producer() *producer.Producer { return a.p }
+// Metrics returns the counters of the transactions the acknowledger ran:
+// TransactionsCommitted, TransactionsAborted, ShareAcksCommitted and the
+// commit latencies (it produces no records).
+func (a *Acknowledger) Metrics() producer.Metrics {
+	if !a.made() {
+		return producer.Metrics{}
+	}
+	return a.p.Metrics()
+}
+
+// made reports whether a was created by New: a nil or zero Acknowledger
+// answers every call with ErrUsage instead of panicking.
+func (a *Acknowledger) made() bool { return a != nil && a.p != nil }
+
+// errNotMade is what a call of op on an Acknowledger that New did not
+// create gets.
+func errNotMade(op string) error {
+	return errs.Usage(op, errors.New("the acknowledger was not created by acknowledger.New"))
+}
 
 // enter checks that the acknowledger is open and waits, within ctx, for
 // the transaction call in progress; the returned function ends this one.
 func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
+	if !a.made() {
+		return nil, errNotMade(op)
+	}
 	if ctx == nil {
-		return nil, txnclient.Usage(op, errors.New("nil context"))
+		return nil, errs.Usage(op, errors.New("nil context"))
 	}
 	a.mu.Lock()
 	closed := a.closed
@@ -94,7 +117,7 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 	case a.txnSem <- struct{}{}:
 		return func() { <-a.txnSem }, nil
 	case <-ctx.Done():
-		return nil, txnclient.Abortable(op, fmt.Errorf("waiting for the transaction call in progress: %w", ctx.Err()))
+		return nil, errs.Abortable(op, fmt.Errorf("waiting for the transaction call in progress: %w", ctx.Err()))
 	}
 }
 
@@ -103,13 +126,42 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 // anything else, and again after an error left a transaction that
 // AbortAcknowledgements could not end: it ends that transaction first (see
 // producer.Producer.InitTransactions).
+//
+// It then checks that the transaction coordinator serves transactional
+// share acknowledgements (KIP-1289), which every commit of the
+// acknowledger needs, and fails with kshare.ErrUnsupported, naming the
+// broker and what it lacks, if it does not: on such a cluster the first
+// commit would fail the same way, and a program learns it at once. The
+// acknowledger is initialized either way. Its other errors are the
+// producer's.
 func (a *Acknowledger) InitTransactions(ctx context.Context) error {
-	leave, err := a.enter(ctx, "init transactions")
+	const op = "init transactions"
+	leave, err := a.enter(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	return a.p.InitTransactions(ctx)
+	if err := a.p.InitTransactions(ctx); err != nil {
+		return err
+	}
+	a.open = false
+	return a.requireShareAcks(ctx, op)
+}
+
+// requireShareAcks asks the transaction coordinator (through the
+// producer's client) whether it serves KIP-1289.
+func (a *Acknowledger) requireShareAcks(ctx context.Context, op string) error {
+	cl := a.p.Client()
+	coord, err := txn.NewCoordinators(cl, a.logger).Find(ctx, txn.TransactionCoordinator, a.p.Status().TransactionalID)
+	if err == nil {
+		err = txn.NewCapabilities(cl).RequireShareAcks(ctx, op, []int32{coord})
+	}
+	if err != nil && !errs.Is(err) {
+		// The question could not be asked: the first commit asks again.
+		a.logger.Debug("could not check the transaction coordinator for KIP-1289", "err", err)
+		return nil
+	}
+	return err
 }
 
 // CommitAcknowledgements commits acks, the acknowledgements of records
@@ -117,54 +169,58 @@ func (a *Acknowledger) InitTransactions(ctx context.Context) error {
 // transaction: begin, send them, commit. When it fails, it aborts the
 // transaction before returning, so the acknowledgements take effect
 // nowhere: records whose acknowledgement reached their leader are
-// available to the group again at once, the others when their locks run
-// out. Empty acks commit nothing and return nil.
+// available to the group again at once, and the consumer releases the
+// others at once. Empty acks commit nothing and return nil.
 //
-// If the commit's answer is lost (txnclient.ErrInDoubt from the producer),
+// If the commit's answer is lost (kshare.ErrInDoubt from the producer),
 // the abort learns the outcome: CommitAcknowledgements returns nil if the
-// commit had been applied, and ErrAbortable if it had not. Only when the
-// abort cannot learn it either (ctx ended) does the error match
-// txnclient.ErrInDoubt; AbortAcknowledgements, InitTransactions or Close
+// commit had been applied, and kshare.ErrAbortable if it had not. Only
+// when the abort cannot learn it either (ctx ended) does the error match
+// kshare.ErrInDoubt; AbortAcknowledgements, InitTransactions or Close
 // then learn it.
-func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	const op = "commit acknowledgements"
 	if acks == nil {
-		return txnclient.Usage(op, errors.New("nil acknowledgements"))
+		return errs.Usage(op, errors.New("nil acknowledgements"))
 	}
 	leave, err := a.enter(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if acks.Len() == 0 {
+	set := (*acktrack.Set)(acks)
+	if set.Len() == 0 {
 		return nil
 	}
-	return a.runTxn(ctx, op, []sendItem{{acks: guarded(acks), meta: meta}})
+	return a.runTxn(ctx, op, []sendItem{{acks: guarded(set), meta: meta}})
 }
 
-// AbortAcknowledgements aborts a transaction that a failed call left open
+// AbortAcknowledgements ends a transaction that a failed call left open
 // (CommitAcknowledgements and CommitCheckpoint abort on failure, but the
-// abort itself can fail, for example when ctx ends). With no transaction in
-// progress it does nothing. After an in-doubt commit it returns an error
-// matching txnclient.ErrCommitted if the commit turns out to have been
-// applied.
+// abort itself can fail, for example when ctx ends). With no such
+// transaction it does nothing and returns nil. After an in-doubt commit
+// it returns an error matching kshare.ErrCommitted if the commit turns out
+// to have been applied (not a failure: the acknowledgements took effect).
 func (a *Acknowledger) AbortAcknowledgements(ctx context.Context) error {
 	leave, err := a.enter(ctx, "abort acknowledgements")
 	if err != nil {
 		return err
 	}
 	defer leave()
-	switch a.p.Transactions().State() {
-	case txnclient.StateInTransaction, txnclient.StateAbortableError, txnclient.StateInDoubt:
-		return a.p.AbortTransaction(ctx)
+	if !a.open {
+		return nil
 	}
-	return nil
+	err = a.p.AbortTransaction(ctx)
+	if err == nil || errors.Is(err, kshare.ErrCommitted) {
+		a.open = false
+	}
+	return err
 }
 
 // sendItem is one SendShareAcksToTransaction of a transaction.
 type sendItem struct {
-	acks *wire.ShareAcks
-	meta wire.ShareGroupMetadata
+	acks *acktrack.Set
+	meta kshare.ShareGroupMetadata
 }
 
 // runTxn begins a transaction, sends items and commits. On failure it
@@ -173,6 +229,7 @@ type sendItem struct {
 // items that never joined the transaction that they will not be sent; the
 // producer tells the others when the transaction's outcome is known. Every
 // item's tracker is resolved once (guarded makes a second call a no-op).
+// Called with txnSem held.
 func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) error {
 	if err := a.p.BeginTransaction(); err != nil {
 		resolveAll(items, false)
@@ -180,57 +237,66 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 	}
 	err := func() error {
 		for i, it := range items {
-			if err := a.p.SendShareAcksToTransaction(ctx, it.acks, it.meta); err != nil {
+			if err := a.p.SendShareAcksToTransaction(ctx, (*kshare.ShareAcks)(it.acks), it.meta); err != nil {
 				resolveAll(items[i:], false)
 				return err
 			}
 		}
 		return a.p.CommitTransaction(ctx)
 	}()
-	if err == nil || errors.Is(err, txnclient.ErrFatal) {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, kshare.ErrFatal) {
+		a.open = true // AbortAcknowledgements says why it cannot end it
 		return err
 	}
 	aerr := a.p.AbortTransaction(ctx)
 	switch {
-	case aerr == nil && errors.Is(err, txnclient.ErrInDoubt):
-		var te *txnclient.Error
-		cause := err
-		if errors.As(err, &te) && te.Err != nil {
-			cause = te.Err
-		}
-		return txnclient.Abortable(op, fmt.Errorf("the commit's answer was lost and the abort found it had not been applied: %w", cause))
+	case aerr == nil && errors.Is(err, kshare.ErrInDoubt):
+		return errs.Abortable(op, fmt.Errorf("the commit's answer was lost and the abort found it had not been applied: %w", err))
 	case aerr == nil:
 		return err
-	case errors.Is(aerr, txnclient.ErrCommitted):
+	case errors.Is(aerr, kshare.ErrCommitted):
 		a.logger.Info("the commit whose answer was lost had been applied", "op", op)
 		return nil
 	}
+	a.open = true
 	a.logger.Warn("abort after a failed transactional acknowledgement failed; call AbortAcknowledgements",
 		"op", op, "err", aerr)
-	if errors.Is(aerr, txnclient.ErrInDoubt) {
+	if errors.Is(aerr, kshare.ErrInDoubt) {
 		return aerr
 	}
-	return fmt.Errorf("%w (abort failed too: %w)", err, aerr)
+	// The outcome stays what the commit said (abortable, or in doubt),
+	// unless the abort found the acknowledger unable to go on.
+	class := errs.ClassOf(err)
+	if c := errs.ClassOf(aerr); c == kshare.ErrFatal || c == kshare.ErrClosed || class == nil {
+		class = c
+	}
+	return errs.New(class, op, fmt.Errorf("%w (abort failed too: %w)", err, aerr))
 }
 
 func resolveAll(items []sendItem, committed bool) {
 	for _, it := range items {
-		if it.acks.Tracker != nil {
-			it.acks.Tracker.Resolve(it.acks, committed)
+		if t := it.acks.Tracker(); t != nil {
+			t.Resolve(it.acks, committed)
 		}
 	}
 }
 
-// Close drops every staged checkpoint (their records come back to the
-// group when their locks run out), then closes the producer within ctx,
-// which ends a transaction in progress the way producer.Producer.Close
-// does: a transaction call running in another goroutine is waited for
-// within ctx and cut short after, and a transaction left open is aborted.
-// It returns the producer's error: nil, or why a transaction could not be
-// ended. Every staged acknowledgement has been resolved once when it
-// returns, and calls after it fail with ErrUsage. Calling it again waits
-// for the first Close within ctx and returns nil.
+// Close drops every staged checkpoint (the consumers release their
+// records at once), then closes the producer within ctx, which ends a
+// transaction in progress the way producer.Producer.Close does: a
+// transaction call running in another goroutine is waited for within ctx
+// and cut short after, and a transaction left open is aborted. It returns
+// the producer's error: nil, or why a transaction could not be ended.
+// Every staged acknowledgement has been resolved once when it returns, and
+// calls after it fail with kshare.ErrClosed. Calling it again waits for
+// the first Close within ctx and returns nil.
 func (a *Acknowledger) Close(ctx context.Context) error {
+	if !a.made() {
+		return errNotMade("close")
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -240,39 +306,36 @@ func (a *Acknowledger) Close(ctx context.Context) error {
 	staged := a.staged
 	a.staged = nil
 	a.mu.Unlock()
-	for _, cp := range staged {
-		if cp.acks.Tracker != nil {
-			cp.acks.Tracker.Resolve(cp.acks, false)
-		}
-	}
+	dropAll(staged)
 	return a.p.Close(ctx)
 }
 
-func errClosed(op string) error { return txnclient.Usage(op, errors.New("acknowledger is closed")) }
+// dropAll tells the tracker of every checkpoint that its acknowledgements
+// will never be sent: the consumer releases the records at once.
+func dropAll(cps []checkpoint) {
+	for _, cp := range cps {
+		if t := cp.acks.Tracker(); t != nil {
+			t.Resolve(cp.acks, false)
+		}
+	}
+}
+
+func errClosed(op string) error { return errs.Closed(op, errors.New("acknowledger is closed")) }
 
 // groupByMember merges checkpoints per share-group member: one
 // SendShareAcksToTransaction each. The merged acknowledgements' tracker
 // fans out to the trackers of the checkpoints it merged.
-func groupByMember(cps []checkpoint, typ func(wire.AckType) wire.AckType) []sendItem {
-	byMeta := make(map[wire.ShareGroupMetadata]*sendItem)
-	var order []wire.ShareGroupMetadata
-	trackers := make(map[wire.ShareGroupMetadata][]*wire.ShareAcks)
+func groupByMember(cps []checkpoint) []sendItem {
+	byMeta := make(map[kshare.ShareGroupMetadata]*acktrack.Set)
+	var order []kshare.ShareGroupMetadata
+	parts := make(map[kshare.ShareGroupMetadata][]*acktrack.Set)
 	for _, cp := range cps {
-		it := byMeta[cp.meta]
-		if it == nil {
-			it = &sendItem{acks: new(wire.ShareAcks), meta: cp.meta}
-			byMeta[cp.meta] = it
+		if _, ok := byMeta[cp.meta]; !ok {
 			order = append(order, cp.meta)
 		}
-		for _, tp := range cp.acks.Partitions() {
-			id, _ := cp.acks.TopicID(tp.Topic)
-			for _, r := range cp.acks.Records(tp) {
-				r.Type = typ(r.Type)
-				it.acks.Add(tp.Topic, id, tp.Partition, r)
-			}
-		}
-		if cp.acks.Tracker != nil {
-			trackers[cp.meta] = append(trackers[cp.meta], cp.acks)
+		byMeta[cp.meta] = byMeta[cp.meta].Merge(cp.acks)
+		if cp.acks.Tracker() != nil {
+			parts[cp.meta] = append(parts[cp.meta], cp.acks)
 		}
 	}
 	sort.Slice(order, func(i, j int) bool {
@@ -283,25 +346,22 @@ func groupByMember(cps []checkpoint, typ func(wire.AckType) wire.AckType) []send
 	})
 	out := make([]sendItem, 0, len(order))
 	for _, m := range order {
-		it := byMeta[m]
-		if parts := trackers[m]; len(parts) > 0 {
-			it.acks.Tracker = &fanout{parts: parts}
+		var t acktrack.Tracker
+		if ps := parts[m]; len(ps) > 0 {
+			t = &fanout{parts: ps}
 		}
-		out = append(out, *it)
+		out = append(out, sendItem{acks: byMeta[m].Retyped(t, func(typ int8) int8 { return typ }), meta: m})
 	}
 	return out
 }
 
 // guarded returns a copy of acks whose tracker passes every event on to
 // acks' own tracker, and resolves it once however often it is told.
-func guarded(acks *wire.ShareAcks) *wire.ShareAcks {
-	if acks.Tracker == nil {
+func guarded(acks *acktrack.Set) *acktrack.Set {
+	if acks.Tracker() == nil {
 		return acks
 	}
-	g := new(wire.ShareAcks)
-	g.Merge(acks)
-	g.Tracker = &fanout{parts: []*wire.ShareAcks{acks}}
-	return g
+	return acks.Retyped(&fanout{parts: []*acktrack.Set{acks}}, func(typ int8) int8 { return typ })
 }
 
 // fanout is the tracker of merged (or guarded) acknowledgements: it
@@ -309,15 +369,15 @@ func guarded(acks *wire.ShareAcks) *wire.ShareAcks {
 // once, since both the producer (once a transaction ends) and the
 // acknowledger (for acknowledgements that never joined one) may report it.
 type fanout struct {
-	parts    []*wire.ShareAcks
+	parts    []*acktrack.Set
 	resolved atomic.Bool
 }
 
 // Stage checks every part again with its own tracker (the consumer renews
 // staged locks, but one may still have been lost).
-func (f *fanout) Stage(*wire.ShareAcks) error {
+func (f *fanout) Stage(_ *acktrack.Set, group, member string) error {
 	for _, part := range f.parts {
-		if err := part.Tracker.Stage(part); err != nil {
+		if err := part.Tracker().Stage(part, group, member); err != nil {
 			return err
 		}
 	}
@@ -325,11 +385,11 @@ func (f *fanout) Stage(*wire.ShareAcks) error {
 }
 
 // Resolve tells every part's tracker the outcome, the first time only.
-func (f *fanout) Resolve(_ *wire.ShareAcks, committed bool) {
+func (f *fanout) Resolve(_ *acktrack.Set, committed bool) {
 	if f.resolved.Swap(true) {
 		return
 	}
 	for _, part := range f.parts {
-		part.Tracker.Resolve(part, committed)
+		part.Tracker().Resolve(part, committed)
 	}
 }

@@ -11,10 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -31,21 +32,20 @@ func TestCommitAcknowledgements(t *testing.T) {
 	a := e.acknowledger("ack")
 
 	recs := e.poll(c, inputs)
-	acks := new(wire.ShareAcks)
+	var acks *kshare.ShareAcks
 	var released []*kgo.Record
 	for _, r := range recs {
 		i, _ := strconv.Atoi(string(r.Value))
-		typ := wire.AckAccept
+		typ := kshare.AckAccept
 		switch i % 5 {
 		case 1:
-			typ = wire.AckRelease
+			typ = kshare.AckRelease
 			released = append(released, r)
 		case 2:
-			typ = wire.AckReject
+			typ = kshare.AckReject
 		}
-		acks.Merge(c.Acks([]*kgo.Record{r}, typ))
+		acks = acks.Merge(c.Acks([]*kgo.Record{r}, typ))
 	}
-	acks.Tracker = c
 	require.NoError(t, a.CommitAcknowledgements(e.ctx, acks, c.GroupMetadata()))
 	for _, r := range recs {
 		_, held := c.DeliveryCount(r)
@@ -59,10 +59,10 @@ func TestCommitAcknowledgements(t *testing.T) {
 		n, _ := c.DeliveryCount(r)
 		require.EqualValues(t, 2, n)
 	}
-	require.NoError(t, a.CommitAcknowledgements(e.ctx, c.Acks(again, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.CommitAcknowledgements(e.ctx, c.Acks(again, kshare.AckAccept), c.GroupMetadata()))
 	e.allDone(partitions, inputs/partitions)
 	e.expectNothing(c, 300*time.Millisecond)
-	require.EqualValues(t, 2, a.Producer().Metrics().TransactionsCommitted, "two transactions")
+	require.EqualValues(t, 2, a.Metrics().TransactionsCommitted, "two transactions")
 }
 
 // A commit that cannot succeed (a lock ran out) fails with ErrAbortable
@@ -77,14 +77,14 @@ func TestCommitAcknowledgementsFailsCleanly(t *testing.T) {
 	deadline, _ := c.LockDeadline(recs[0])
 	time.Sleep(time.Until(deadline) + 50*time.Millisecond)
 
-	err := a.CommitAcknowledgements(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	err := a.CommitAcknowledgements(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
 	require.NoError(t, a.AbortAcknowledgements(e.ctx))
-	require.Equal(t, txnclient.StateReady, a.Producer().Transactions().State())
+	require.Equal(t, "ready", acknowledger.State(a))
 
 	again := e.poll(c, 4)
-	require.NoError(t, a.CommitAcknowledgements(e.ctx, c.Acks(again, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.CommitAcknowledgements(e.ctx, c.Acks(again, kshare.AckAccept), c.GroupMetadata()))
 	e.allDone(1, 4)
 }
 
@@ -107,16 +107,16 @@ func TestAbortAcknowledgementsEndsALeftoverTransaction(t *testing.T) {
 			cancel() // the request is handled; its answer is not awaited
 		}
 	})
-	err := a.CommitAcknowledgements(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
+	err := a.CommitAcknowledgements(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
 	stop()
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
-	require.Equal(t, txnclient.StateAbortableError, a.Producer().Transactions().State(), "the abort could not finish")
+	require.ErrorIs(t, err, kshare.ErrAbortable)
+	require.Equal(t, "abortable error", acknowledger.State(a), "the abort could not finish")
 
 	require.NoError(t, a.AbortAcknowledgements(e.ctx))
-	require.Equal(t, txnclient.StateReady, a.Producer().Transactions().State())
+	require.Equal(t, "ready", acknowledger.State(a))
 	again := e.poll(c, inputs)
 	require.Equal(t, []int16{2, 2, 2, 2}, deliveries(c, again))
-	require.NoError(t, a.CommitAcknowledgements(e.ctx, c.Acks(again, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.CommitAcknowledgements(e.ctx, c.Acks(again, kshare.AckAccept), c.GroupMetadata()))
 	e.allDone(1, inputs)
 }
 
@@ -132,8 +132,8 @@ func TestCheckpointsOutlastTheLock(t *testing.T) {
 
 	recs := e.poll(c, inputs)
 	first, second := recs[:inputs/2], recs[inputs/2:]
-	require.NoError(t, a.Stage(1, c.Acks(first, wire.AckAccept), c.GroupMetadata()))
-	require.NoError(t, a.Stage(2, c.Acks(second, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.Stage(1, c.Acks(first, kshare.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.Stage(2, c.Acks(second, kshare.AckAccept), c.GroupMetadata()))
 	require.Equal(t, []int64{1, 2}, a.Staged())
 
 	// Several lock durations; the other member polls all along.
@@ -147,25 +147,28 @@ func TestCheckpointsOutlastTheLock(t *testing.T) {
 	e.allDone(1, inputs)
 	e.expectNothing(c, 300*time.Millisecond)
 
-	err := a.Stage(2, c.Acks(recs[:1], wire.AckAccept), c.GroupMetadata())
-	require.ErrorIs(t, err, txnclient.ErrUsage, "checkpoint 2 is already committed")
+	err := a.Stage(2, c.Acks(recs[:1], kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, kshare.ErrUsage, "checkpoint 2 is already committed")
 }
 
 // An aborted checkpoint's records come back at once (the lock is 10
-// minutes): the acknowledger releases them in a transaction.
+// minutes): the consumer releases them, and no transaction is run.
 func TestAbortCheckpointRedeliversAtOnce(t *testing.T) {
 	const inputs = 6
 	e := newEnv(t, 2, inputs, broker.ShareLockDuration(10*time.Minute))
 	c := e.consumer()
 	a := e.acknowledger("ack")
 	recs := e.poll(c, inputs)
-	require.NoError(t, a.Stage(7, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
-	require.NoError(t, a.AbortCheckpoint(e.ctx, 7))
+	require.NoError(t, a.Stage(7, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
+	log := bundled.ObserveRequests(t, e.c)
+	require.NoError(t, a.AbortCheckpoint(7))
 	require.Empty(t, a.Staged())
 
 	again := e.poll(c, inputs)
 	require.Equal(t, []int16{2, 2, 2, 2, 2, 2}, deliveries(c, again))
-	require.NoError(t, a.Stage(8, c.Acks(again, wire.AckAccept), c.GroupMetadata()))
+	require.Empty(t, log.Of(kmsg.EndTxn.Int16(), wire.AddShareAcksToTxnKey, wire.TxnShareAcknowledgeKey), "no transaction")
+	require.NotEmpty(t, log.Of(kmsg.ShareAcknowledge.Int16(), kmsg.ShareFetch.Int16()), "the consumer released them")
+	require.NoError(t, a.Stage(8, c.Acks(again, kshare.AckAccept), c.GroupMetadata()))
 	require.NoError(t, a.CommitCheckpoint(e.ctx, 8))
 	e.allDone(2, inputs/2)
 }
@@ -179,17 +182,17 @@ func TestFailedCheckpointRedelivers(t *testing.T) {
 	c := e.consumer()
 	a := e.acknowledger("ack")
 	recs := e.poll(c, inputs)
-	require.NoError(t, a.Stage(1, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.Stage(1, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 
 	leader, err := e.c.Leader(topic, 0)
 	require.NoError(t, err)
 	require.NoError(t, e.c.MoveLeader(topic, 0, (leader+1)%3))
 	err = a.CommitCheckpoint(e.ctx, 1)
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.Empty(t, a.Staged(), "a failed checkpoint is dropped")
 
 	again := e.poll(c, inputs)
-	require.NoError(t, a.Stage(2, c.Acks(again, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.Stage(2, c.Acks(again, kshare.AckAccept), c.GroupMetadata()))
 	require.NoError(t, a.CommitCheckpoint(e.ctx, 2))
 	e.allDone(1, inputs)
 }
@@ -201,9 +204,9 @@ func TestCloseDropsStagedCheckpoints(t *testing.T) {
 	c := e.consumer()
 	a := e.acknowledger("ack")
 	recs := e.poll(c, 3)
-	require.NoError(t, a.Stage(1, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, a.Stage(1, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 	require.NoError(t, a.Close(e.ctx))
-	require.ErrorIs(t, a.CommitCheckpoint(e.ctx, 1), txnclient.ErrUsage)
+	require.ErrorIs(t, a.CommitCheckpoint(e.ctx, 1), kshare.ErrClosed)
 	again := e.poll(c, 3)
 	require.Equal(t, []int16{2, 2, 2}, deliveries(c, again))
 }
@@ -211,24 +214,24 @@ func TestCloseDropsStagedCheckpoints(t *testing.T) {
 // Invalid calls fail with ErrUsage and change nothing.
 func TestUsageErrors(t *testing.T) {
 	_, err := acknowledger.New(acknowledger.TransactionalID("no-brokers"))
-	require.ErrorIs(t, err, txnclient.ErrUsage)
+	require.ErrorIs(t, err, kshare.ErrUsage)
 	_, err = acknowledger.New(nil)
-	require.ErrorIs(t, err, txnclient.ErrUsage)
+	require.ErrorIs(t, err, kshare.ErrUsage)
 
 	e := newEnv(t, 1, 1)
 	c := e.consumer()
 	a := e.acknowledger("ack")
 	recs := e.poll(c, 1)
 	meta := c.GroupMetadata()
-	require.ErrorIs(t, a.CommitAcknowledgements(e.ctx, nil, meta), txnclient.ErrUsage)
-	require.ErrorIs(t, a.Stage(1, nil, meta), txnclient.ErrUsage)
-	require.ErrorIs(t, a.Stage(1, c.Acks(recs, wire.AckRenew), meta), txnclient.ErrUsage)
-	require.ErrorIs(t, a.Stage(1, c.Acks(recs, wire.AckAccept), wire.ShareGroupMetadata{}), txnclient.ErrUsage)
-	require.NoError(t, a.CommitAcknowledgements(e.ctx, new(wire.ShareAcks), meta), "nothing to commit")
+	require.ErrorIs(t, a.CommitAcknowledgements(e.ctx, nil, meta), kshare.ErrUsage)
+	require.ErrorIs(t, a.Stage(1, nil, meta), kshare.ErrUsage)
+	require.ErrorIs(t, a.Stage(1, c.Acks(recs, kshare.AckType(4)), meta), kshare.ErrUsage)
+	require.ErrorIs(t, a.Stage(1, c.Acks(recs, kshare.AckAccept), kshare.ShareGroupMetadata{}), kshare.ErrUsage)
+	require.NoError(t, a.CommitAcknowledgements(e.ctx, new(kshare.ShareAcks), meta), "nothing to commit")
 	require.NoError(t, a.AbortAcknowledgements(e.ctx), "nothing to abort")
 	require.NoError(t, a.CommitCheckpoint(e.ctx, 3), "empty checkpoint")
-	require.ErrorIs(t, a.Stage(3, c.Acks(recs, wire.AckAccept), meta), txnclient.ErrUsage)
-	require.NoError(t, a.AbortCheckpoint(e.ctx, 9), "nothing staged")
+	require.ErrorIs(t, a.Stage(3, c.Acks(recs, kshare.AckAccept), meta), kshare.ErrUsage)
+	require.NoError(t, a.AbortCheckpoint(9), "nothing staged")
 	require.NoError(t, a.Close(context.Background()))
 	require.NoError(t, a.Close(context.Background()), "second Close")
 }

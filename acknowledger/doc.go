@@ -24,7 +24,7 @@
 // A stream processor acknowledges what a checkpoint covers once the
 // checkpoint is durable:
 //
-//	a.Stage(checkpointID, consumer.Acks(records, wire.AckAccept), consumer.GroupMetadata())
+//	a.Stage(checkpointID, consumer.Acks(records, kshare.AckAccept), consumer.GroupMetadata())
 //	...                                  // the checkpoint completes
 //	a.CommitCheckpoint(ctx, checkpointID) // everything staged up to it, one transaction
 //
@@ -32,18 +32,20 @@
 // at once and renews them until the checkpoint commits or fails: a
 // checkpoint interval longer than the lock duration redelivers nothing.
 //
-// What happens to staged acknowledgements when a checkpoint fails:
+// What happens to staged acknowledgements when a checkpoint fails: they
+// take effect nowhere, and their records come back to the group at once,
+// with one mechanism for every case: the consumer that built them learns
+// that they will never commit and releases the records it still holds
+// (ShareAcknowledge RELEASE; the delivery count is not raised by the
+// release). Records whose acknowledgement had already reached their leader
+// are made available by the transaction's abort instead.
 //
-//   - AbortCheckpoint(ctx, id) (the checkpoint failed before commit) drops
-//     everything staged up to id and releases the records in a transaction
-//     of RELEASE acknowledgements: the group gets them again at once, with
-//     their delivery count unchanged by the release.
+//   - AbortCheckpoint(id) (the checkpoint failed before commit) drops
+//     everything staged up to id; it sends nothing itself.
 //   - A CommitCheckpoint that fails aborts its transaction and drops the
-//     checkpoint: its acknowledgements take effect nowhere. Records whose
-//     acknowledgement had reached their leader are available again at once;
-//     the consumer releases the others it still holds. Either way they are
-//     delivered again and the checkpoint's work must be redone.
-//   - Close drops every staged checkpoint the same way.
+//     checkpoint. The checkpoint's work must be redone with the
+//     redelivered records.
+//   - Close drops every staged checkpoint.
 //
 // Every redelivery raises a record's delivery count, so a record whose
 // checkpoints keep failing reaches the group's share.delivery.count.limit
@@ -51,16 +53,17 @@
 //
 // # Errors
 //
-// Every error matches one of txnclient.ErrAbortable (nothing committed; the
-// records come back; redo the work), txnclient.ErrInDoubt (a commit's
-// answer was lost and its abort could not learn the outcome either;
-// AbortAcknowledgements, InitTransactions or Close learns it),
-// txnclient.ErrCommitted (AbortAcknowledgements found that such a commit
-// had committed), txnclient.ErrFatal (fenced, unauthorized, or a broker
-// lacks KIP-1289: txnclient.ErrShareAcksUnsupported names it; close the
-// acknowledger) and txnclient.ErrUsage (fix the call, or the acknowledger
-// is closed). A lock that ran out surfaces as ErrAbortable wrapping
-// shareconsumer.ErrLockExpired.
+// Every error matches exactly one class of package kshare:
+// kshare.ErrAbortable (nothing committed; the records come back; redo the
+// work), kshare.ErrInDoubt (a commit's answer was lost and its abort could
+// not learn the outcome either; AbortAcknowledgements, InitTransactions or
+// Close learns it), kshare.ErrCommitted (AbortAcknowledgements found that
+// such a commit had committed: not a failure), kshare.ErrFatal (fenced or
+// unauthorized: close the acknowledger), kshare.ErrUnsupported (a broker
+// lacks KIP-1289; the message names it; InitTransactions checks the
+// transaction coordinator at once), kshare.ErrUsage (fix the call)
+// and kshare.ErrClosed (after Close). A lock that ran out surfaces as
+// kshare.ErrAbortable wrapping shareconsumer.ErrLockExpired.
 //
 // # Lifecycle
 //

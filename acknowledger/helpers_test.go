@@ -13,6 +13,7 @@ import (
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -32,7 +33,7 @@ type env struct {
 
 func newEnv(t *testing.T, partitions int32, inputs int, opts ...broker.Opt) *env {
 	t.Helper()
-	c := testkit.Cluster(t, opts...)
+	c := bundled.Cluster(t, opts...)
 	e := &env{t: t, c: c, ctx: testkit.Context(t)}
 	e.admin = testkit.Client(t, c.Bootstrap(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	testkit.CreateTopic(e.ctx, t, e.admin, topic, partitions)

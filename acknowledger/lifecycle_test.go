@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -51,15 +51,15 @@ func TestLostCommitAnswer(t *testing.T) {
 				})
 				return fault
 			})
-			err := a.CommitAcknowledgements(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
+			err := a.CommitAcknowledgements(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
 			if cancelToo {
-				require.ErrorIs(t, err, txnclient.ErrInDoubt)
-				require.ErrorIs(t, a.AbortAcknowledgements(e.ctx), txnclient.ErrCommitted)
+				require.ErrorIs(t, err, kshare.ErrInDoubt)
+				require.ErrorIs(t, a.AbortAcknowledgements(e.ctx), kshare.ErrCommitted)
 			} else {
 				require.NoError(t, err)
 			}
 			e.allDone(1, inputs)
-			require.EqualValues(t, 1, a.Producer().Metrics().TransactionsCommitted)
+			require.EqualValues(t, 1, a.Metrics().TransactionsCommitted)
 			for _, r := range recs {
 				_, held := c.DeliveryCount(r)
 				require.False(t, held, "the consumer learned the commit")
@@ -71,7 +71,7 @@ func TestLostCommitAnswer(t *testing.T) {
 // Close never waits past its context for a transaction in progress in
 // another goroutine: it cuts the commit short, says it could not abort,
 // resolves the acknowledgements once (the consumer releases its records),
-// and every call after it fails with ErrUsage.
+// and every call after it fails with ErrClosed.
 func TestCloseDuringCommitAcknowledgements(t *testing.T) {
 	const inputs = 4
 	e := newEnv(t, 1, inputs, broker.ShareLockDuration(10*time.Minute))
@@ -89,21 +89,23 @@ func TestCloseDuringCommitAcknowledgements(t *testing.T) {
 		return broker.FaultAction{}
 	}))
 	committed := make(chan error, 1)
-	go func() { committed <- a.CommitAcknowledgements(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()) }()
+	go func() {
+		committed <- a.CommitAcknowledgements(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	}()
 	<-held
 	dead, cancel := context.WithCancel(e.ctx)
 	cancel()
 	closeErr := a.Close(dead)
 	close(release)
-	require.ErrorIs(t, closeErr, txnclient.ErrAbortable, "Close could not abort, and says so")
+	require.ErrorIs(t, closeErr, kshare.ErrAbortable, "Close could not abort, and says so")
 	require.Error(t, <-committed)
 	for _, r := range recs {
 		_, held := c.DeliveryCount(r)
 		require.False(t, held, "the acknowledgements were resolved; the consumer let the records go")
 	}
-	require.ErrorIs(t, a.CommitAcknowledgements(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()), txnclient.ErrUsage)
-	require.ErrorIs(t, a.InitTransactions(e.ctx), txnclient.ErrUsage)
+	require.ErrorIs(t, a.CommitAcknowledgements(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()), kshare.ErrClosed)
+	require.ErrorIs(t, a.InitTransactions(e.ctx), kshare.ErrClosed)
 	require.NoError(t, a.Close(e.ctx), "a second Close")
 	var nilCtx context.Context
-	require.ErrorIs(t, a.AbortAcknowledgements(nilCtx), txnclient.ErrUsage)
+	require.ErrorIs(t, a.AbortAcknowledgements(nilCtx), kshare.ErrUsage)
 }

@@ -30,21 +30,21 @@ func viaProducer(o producer.Opt) Opt {
 }
 
 // SeedBrokers sets the host:port addresses used to discover the cluster.
-// Required; New fails with txnclient.ErrUsage without them.
+// Required; New fails with kshare.ErrUsage without them.
 func SeedBrokers(addrs ...string) Opt { return viaProducer(producer.SeedBrokers(addrs...)) }
 
 // TransactionalID sets the acknowledger's own transactional id. Required;
-// New fails with txnclient.ErrUsage without it. A second acknowledger (or
+// New fails with kshare.ErrUsage without it. A second acknowledger (or
 // producer) with the same id fences this one, which then fails with
-// txnclient.ErrFatal.
+// kshare.ErrFatal.
 func TransactionalID(id string) Opt { return viaProducer(producer.TransactionalID(id)) }
 
 // TransactionTimeout sets the transaction timeout (default 60s): the
 // coordinator aborts a transaction left open longer, and every retry inside
 // one gives up when it elapses. A timeout that is not positive makes New
-// fail with txnclient.ErrUsage; one above the broker's
+// fail with kshare.ErrUsage; one above the broker's
 // transaction.max.timeout.ms makes InitTransactions fail with
-// txnclient.ErrFatal.
+// kshare.ErrFatal.
 func TransactionTimeout(d time.Duration) Opt { return viaProducer(producer.TransactionTimeout(d)) }
 
 // DialTLSConfig turns TLS on for every connection (kgo.DialTLSConfig). A
@@ -59,11 +59,11 @@ func SASL(mechanisms ...sasl.Mechanism) Opt { return viaProducer(producer.SASL(m
 
 // KgoOpts passes transport options (dialer, client id, request timeouts,
 // ...) to the underlying kgo.Client; see producer.KgoOpts for what they
-// cannot change. New fails with txnclient.ErrUsage if kgo refuses one.
+// cannot change. New fails with kshare.ErrUsage if kgo refuses one.
 func KgoOpts(opts ...kgo.Opt) Opt { return viaProducer(producer.KgoOpts(opts...)) }
 
 // Logger sets the structured logger of the acknowledger and its producer
-// (default: discard). A nil logger makes New fail with txnclient.ErrUsage.
+// (default: discard). A nil logger makes New fail with kshare.ErrUsage.
 func Logger(l *slog.Logger) Opt {
 	return optFunc(func(c *config) {
 		c.logger = l

@@ -11,10 +11,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 )
 
-// ErrClosed is returned by Cluster methods called after Close.
-var ErrClosed = errors.New("broker: cluster closed")
+// ErrClosed is returned by Cluster methods called after Close. It matches
+// kshare.ErrClosed.
+var ErrClosed = errs.Sentinel(kshare.ErrClosed, "broker: cluster closed")
 
 // Cluster is a running bundled cluster. All of its state is owned by one
 // goroutine (the run loop): network connections decode requests and hand
@@ -180,7 +184,7 @@ func (cfg *config) validate() error {
 			return fmt.Errorf("broker: OldNodes(%d): the cluster has nodes 0..%d", id, cfg.nodes-1)
 		}
 	}
-	return nil
+	return cfg.normalizeGroupDefaults()
 }
 
 // Bootstrap returns the address (host:port) of every node, in node order.

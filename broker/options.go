@@ -38,6 +38,9 @@ type config struct {
 	shareLockDuration         time.Duration
 	shareDeliveryLimit        int32
 	shareMaxFetchRecords      int32
+	// groupDefaults are GroupConfigDefault's: group config name -> the
+	// value every group has unless it sets its own.
+	groupDefaults map[string]string
 
 	legacyMarkerValidation bool
 	// oldNodes are nodes that serve WriteTxnMarkers up to v1 only
@@ -178,6 +181,23 @@ func ConsumerGroupHeartbeatInterval(d time.Duration) Opt {
 // ShareDeliveryLimit sets the default delivery count limit of share groups
 // (default 5); a group overrides it with share.delivery.count.limit.
 func ShareDeliveryLimit(n int32) Opt { return optFunc(func(c *config) { c.shareDeliveryLimit = n }) }
+
+// GroupConfigDefault sets the value every group has for the group config
+// name (for example "share.auto.offset.reset", "earliest") unless the
+// group sets its own with IncrementalAlterConfigs. It overrides Kafka's
+// default and, for the lock duration and the delivery limit,
+// ShareLockDuration and ShareDeliveryLimit. NewCluster fails on an
+// unknown name or a value the config refuses. A cluster for tests or a
+// first program that writes its input before its consumers join wants
+// "share.auto.offset.reset" set to "earliest".
+func GroupConfigDefault(name, value string) Opt {
+	return optFunc(func(c *config) {
+		if c.groupDefaults == nil {
+			c.groupDefaults = make(map[string]string)
+		}
+		c.groupDefaults[name] = value
+	})
+}
 
 // LegacyMarkerValidation is a debug switch reproducing the gap KIP-1228
 // closes: partition leaders check TV2 markers with the legacy rule

@@ -231,15 +231,36 @@ func (d *groupConfigDef) normalize(v string) (string, error) {
 }
 
 // groupConfigValue returns the effective value of a group config: the one
-// set for group, else the default. It returns "" for an unknown name.
+// set for group, else the cluster's default (GroupConfigDefault), else
+// Kafka's. It returns "" for an unknown name.
 func (c *Cluster) groupConfigValue(group, name string) string {
 	if v, ok := c.coordinators.share.groupConfigs[group][name]; ok {
+		return v
+	}
+	if v, ok := c.cfg.groupDefaults[name]; ok {
 		return v
 	}
 	if d := groupConfigDefFor(name); d != nil {
 		return d.def(c)
 	}
 	return ""
+}
+
+// normalizeGroupDefaults validates the GroupConfigDefault values as a SET
+// of the config would, and keeps them normalized.
+func (cfg *config) normalizeGroupDefaults() error {
+	for name, v := range cfg.groupDefaults {
+		d := groupConfigDefFor(name)
+		if d == nil {
+			return fmt.Errorf("broker: GroupConfigDefault(%q): unknown group config", name)
+		}
+		normalized, err := d.normalize(v)
+		if err != nil {
+			return fmt.Errorf("broker: GroupConfigDefault: %w", err)
+		}
+		cfg.groupDefaults[name] = normalized
+	}
+	return nil
 }
 
 func (sc *shareCoordinator) intConfig(group, name string) int64 {

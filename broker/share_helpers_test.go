@@ -12,25 +12,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/wire"
 )
 
 // shareSetGroupConfigs sets group configs with IncrementalAlterConfigs.
 func shareSetGroupConfigs(t testing.TB, cl *kgo.Client, group string, kvs ...string) {
 	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	for i := 0; i+1 < len(kvs); i += 2 {
-		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		cfg.Name, cfg.Value = kvs[i], &kvs[i+1]
-		res.Configs = append(res.Configs, cfg)
-	}
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(testCtx(t), cl)
-	require.NoError(t, err)
-	require.Len(t, resp.Resources, 1)
-	require.NoError(t, kerr.ErrorForCode(resp.Resources[0].ErrorCode), "altering group configs %v", kvs)
+	testkit.SetGroupConfigs(testCtx(t), t, cl, group, kvs...)
 }
 
 // shareProduce writes values round-robin over the topic's partitions and
@@ -140,13 +129,7 @@ func shareOffsets(t testing.TB, cl *kgo.Client, group, topic string) map[int32]k
 // shareEventually polls cond until it holds or the test context ends.
 func shareEventually(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	testkit.Eventually(ctx, t, what, cond)
 }
 
 // shareRecordStates returns how many records of a share-partition are in

@@ -15,7 +15,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/retry"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // promisedRecord is a buffered record and the promise to call with its fate.
@@ -39,7 +40,7 @@ type batch struct {
 
 	pid   int64 // of the transaction the records were produced in
 	epoch int16
-	txn   uint64 // number of that transaction (txnclient.Manager.TxnState)
+	txn   uint64 // number of that transaction (the manager's TxnState)
 
 	// Set when first cut for sending, kept across retries.
 	hasSeq   bool
@@ -48,14 +49,14 @@ type batch struct {
 	attempts int
 	retryAt  time.Time
 	backoff  backoff.BackOff
-	answers  txnclient.AnswerCheck // stale-answer defense across attempts
+	answers  txn.AnswerCheck // stale-answer defense across attempts
 }
 
 // nextBackoff returns how long to wait before the next attempt: the same
 // jittered exponential backoff as every kshare retry loop.
 func (b *batch) nextBackoff(ctx context.Context) time.Duration {
 	if b.backoff == nil {
-		b.backoff = txnclient.NewBackoff(ctx)
+		b.backoff = retry.WithContext(ctx)
 	}
 	d := b.backoff.NextBackOff()
 	if d == backoff.Stop {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -89,15 +89,15 @@ func churn(b *testing.B, period, run time.Duration) (fatal, moves, commits, abor
 		switch {
 		case err == nil:
 			commits++
-		case errors.Is(err, txnclient.ErrFatal):
+		case errors.Is(err, kshare.ErrFatal):
 			fatal++
 			b.Logf("fatal: %v", err)
 			_ = p.Close(ctx)
 			p = newP()
 		default:
 			aborts++
-			if aerr := p.AbortTransaction(ctx); aerr != nil && !errors.Is(aerr, txnclient.ErrCommitted) {
-				if errors.Is(aerr, txnclient.ErrFatal) {
+			if aerr := p.AbortTransaction(ctx); aerr != nil && !errors.Is(aerr, kshare.ErrCommitted) {
+				if errors.Is(aerr, kshare.ErrFatal) {
 					fatal++
 					b.Logf("fatal abort: %v", aerr)
 					_ = p.Close(context.Background())

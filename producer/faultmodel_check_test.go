@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -11,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/testkit"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // fmHang is how long a Close may take before the model calls it hung: far
@@ -96,19 +97,19 @@ func (r *fmRun) waitClose(ch <-chan error) error {
 	}
 }
 
-// callsAfterClose requires that every call fails at once with ErrUsage
+// callsAfterClose requires that every call fails at once with ErrClosed
 // after Close and sends nothing.
 func (r *fmRun) callsAfterClose() {
 	t, ctx := r.t, r.ctx
-	meta := wire.ShareGroupMetadata{GroupID: r.group, MemberID: "m", MemberEpoch: 1}
+	meta := kshare.ShareGroupMetadata{GroupID: r.group, MemberID: "m", MemberEpoch: 1}
 	for name, err := range map[string]error{
 		"BeginTransaction":           r.p.BeginTransaction(),
 		"InitTransactions":           r.p.InitTransactions(ctx),
 		"CommitTransaction":          r.p.CommitTransaction(ctx),
 		"AbortTransaction":           r.p.AbortTransaction(ctx),
-		"SendShareAcksToTransaction": r.p.SendShareAcksToTransaction(ctx, &wire.ShareAcks{}, meta),
+		"SendShareAcksToTransaction": r.p.SendShareAcksToTransaction(ctx, ka(acktrack.New(nil)), meta),
 		"SendOffsetsToTransaction": r.p.SendOffsetsToTransaction(ctx, map[string]map[int32]kgo.EpochOffset{r.in: {0: {Offset: 1}}},
-			txnclient.GroupMetadata{GroupID: r.ogroup, Generation: -1}),
+			GroupMetadata{GroupID: r.ogroup, Generation: -1}),
 		"Produce": r.p.ProduceSync(ctx, &kgo.Record{Topic: r.out}).FirstErr(),
 		"Close":   r.p.Close(ctx),
 	} {
@@ -116,7 +117,7 @@ func (r *fmRun) callsAfterClose() {
 			assert.NoError(t, err, "(e) Close again returns nil")
 			continue
 		}
-		assert.ErrorIs(t, err, txnclient.ErrUsage, "(e) %s after Close", name)
+		assert.ErrorIs(t, err, kshare.ErrClosed, "(e) %s after Close", name)
 	}
 	assert.Zero(t, r.late.Load(), "(e) the producer sent requests after Close returned")
 }
@@ -190,10 +191,10 @@ func (r *fmRun) check() {
 	assert.LessOrEqual(t, m.TransactionsCommitted+m.TransactionsAborted, int64(1), "(b) one transaction, counted once")
 	inDoubt := false
 	for _, c := range calls {
-		inDoubt = inDoubt || errors.Is(c.err, txnclient.ErrInDoubt)
+		inDoubt = inDoubt || saysInDoubt(c.err)
 	}
 	for _, err := range closeErrs {
-		inDoubt = inDoubt || errors.Is(err, txnclient.ErrInDoubt)
+		inDoubt = inDoubt || saysInDoubt(err)
 	}
 	if m.TransactionsCommitted == 1 {
 		assert.True(t, committed, "(b) the metrics say committed, the broker does not")
@@ -208,9 +209,9 @@ func (r *fmRun) check() {
 		switch {
 		case c.name == "Commit" && c.err == nil:
 			assert.True(t, committed, "(b) CommitTransaction returned nil, the broker did not commit")
-		case c.name == "Commit" && !errors.Is(c.err, txnclient.ErrInDoubt):
+		case c.name == "Commit" && !saysInDoubt(c.err):
 			assert.False(t, committed, "(b) CommitTransaction failed (%v), the broker committed", c.err)
-		case errors.Is(c.err, txnclient.ErrCommitted):
+		case errors.Is(c.err, kshare.ErrCommitted):
 			assert.True(t, committed, "(b) %s said the transaction had committed, the broker did not", c.name)
 		}
 	}
@@ -226,4 +227,13 @@ func (r *fmRun) check() {
 			assert.True(t, inDoubt, "(c) acknowledgements resolved as not committed, the broker committed")
 		}
 	}
+}
+
+// saysInDoubt reports whether err says that a commit's outcome is unknown:
+// ErrInDoubt, or the fatal error of a producer fenced before it could
+// learn the outcome, which says so in its message (an error has one
+// class).
+func saysInDoubt(err error) bool {
+	return errors.Is(err, kshare.ErrInDoubt) ||
+		errors.Is(err, kshare.ErrFatal) && strings.Contains(err.Error(), "outcome is unknown")
 }

@@ -14,10 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -52,7 +53,7 @@ import (
 //	(d) no goroutine outlives Close;
 //	(e) Close returned an error when it left a transaction open, and
 //	    returned at all (it may not block past its context), and every
-//	    call after Close failed with ErrUsage at once.
+//	    call after Close failed with ErrClosed at once.
 //
 // Metadata and ApiVersions requests are not targeted: kgo answers them from
 // its caches or sends its own on every new connection, so whether a call
@@ -266,7 +267,7 @@ type fmRun struct {
 	p       *Producer
 	cons    *shareconsumer.Consumer
 	inputs  []*kgo.Record
-	acks    *wire.ShareAcks
+	acks    *acktrack.Set
 	tracker *fmTracker
 
 	step     atomic.Int32 // the step running, or -1
@@ -343,9 +344,9 @@ func (r *fmRun) setUp() {
 	r.cons = cons
 	t.Cleanup(func() { _ = cons.Close(context.Background()) }) // when a check failed midway
 	testkit.PollValues(r.ctx, t, cons, fmRecords, func(rec *kgo.Record) { r.inputs = append(r.inputs, rec) })
-	r.tracker = &fmTracker{inner: cons}
-	r.acks = cons.Acks(r.inputs, wire.AckAccept)
-	r.acks.Tracker = r.tracker
+	acks := (*acktrack.Set)(cons.Acks(r.inputs, kshare.AckAccept))
+	r.tracker = &fmTracker{inner: acks.Tracker()}
+	r.acks = acks.Retyped(r.tracker, func(t int8) int8 { return t })
 
 	linger := time.Duration(0)
 	if r.fc.script.lazy {
@@ -367,7 +368,7 @@ func (r *fmRun) exec() {
 		if err == nil {
 			continue
 		}
-		if name == "ProduceTooLarge" && errors.Is(err, txnclient.ErrAbortable) && !r.p.closing.Load() {
+		if name == "ProduceTooLarge" && errors.Is(err, kshare.ErrAbortable) && !r.p.closing.Load() {
 			continue // the failure the script wants; Recover follows
 		}
 		r.recover(name, err)
@@ -437,9 +438,9 @@ func (r *fmRun) call(ctx context.Context, name string) error {
 		r.offsetsSent = true
 		r.mu.Unlock()
 		return r.p.SendOffsetsToTransaction(ctx, map[string]map[int32]kgo.EpochOffset{r.in: {0: {Epoch: -1, Offset: fmRecords}}},
-			txnclient.GroupMetadata{GroupID: r.ogroup, Generation: -1})
+			GroupMetadata{GroupID: r.ogroup, Generation: -1})
 	case "SendShareAcks":
-		return r.p.SendShareAcksToTransaction(ctx, r.acks, r.cons.GroupMetadata())
+		return r.p.SendShareAcksToTransaction(ctx, ka(r.acks), r.cons.GroupMetadata())
 	case "Commit":
 		return r.p.CommitTransaction(ctx)
 	case "Abort":
@@ -459,12 +460,12 @@ func (r *fmRun) outputs() []*kgo.Record {
 }
 
 // recover is what the application does after step name failed with err:
-// stop after a fatal error or a usage error (the producer is closed), try
+// stop after a fatal error or once the producer is closed, try
 // InitTransactions once more after a failed InitTransactions, and
 // otherwise abort (learning an in-doubt outcome), once more if the abort
 // fails.
 func (r *fmRun) recover(name string, err error) {
-	if errors.Is(err, txnclient.ErrFatal) || errors.Is(err, txnclient.ErrUsage) || errors.Is(err, txnclient.ErrCommitted) {
+	if errors.Is(err, kshare.ErrFatal) || errors.Is(err, kshare.ErrClosed) || errors.Is(err, kshare.ErrUsage) || errors.Is(err, kshare.ErrCommitted) {
 		return
 	}
 	for range 2 {
@@ -478,7 +479,7 @@ func (r *fmRun) recover(name string, err error) {
 			r.record("Abort after "+name, err)
 		}
 		cancel()
-		if err == nil || errors.Is(err, txnclient.ErrFatal) || errors.Is(err, txnclient.ErrUsage) || errors.Is(err, txnclient.ErrCommitted) {
+		if err == nil || errors.Is(err, kshare.ErrFatal) || errors.Is(err, kshare.ErrClosed) || errors.Is(err, kshare.ErrUsage) || errors.Is(err, kshare.ErrCommitted) {
 			return
 		}
 	}
@@ -569,14 +570,14 @@ func (r *fmRun) inject() {
 
 // fmTracker counts what the producer tells the consumer.
 type fmTracker struct {
-	inner    wire.Tracker
+	inner    acktrack.Tracker
 	mu       sync.Mutex
 	staged   int
 	resolved []bool
 }
 
-func (f *fmTracker) Stage(acks *wire.ShareAcks) error {
-	err := f.inner.Stage(acks)
+func (f *fmTracker) Stage(acks *acktrack.Set, group, member string) error {
+	err := f.inner.Stage(acks, group, member)
 	if err == nil {
 		f.mu.Lock()
 		f.staged++
@@ -585,7 +586,7 @@ func (f *fmTracker) Stage(acks *wire.ShareAcks) error {
 	return err
 }
 
-func (f *fmTracker) Resolve(acks *wire.ShareAcks, committed bool) {
+func (f *fmTracker) Resolve(acks *acktrack.Set, committed bool) {
 	f.inner.Resolve(acks, committed)
 	f.mu.Lock()
 	f.resolved = append(f.resolved, committed)

@@ -14,9 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -44,7 +45,7 @@ func TestStaleCoordinatorAnswerIsNotFinal(t *testing.T) {
 	p := newProducer(t, c, txnID, Linger(0), Logger(slog.New(logs)))
 	ctx := testCtx(t)
 
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 
 	// Transaction N commits on A.
 	require.NoError(t, p.BeginTransaction())
@@ -57,7 +58,7 @@ func TestStaleCoordinatorAnswerIsNotFinal(t *testing.T) {
 	require.NoError(t, c.MoveLeader(wire.TransactionStateTopic, statePartition, b))
 
 	// What A says now, raw: COMPLETE_COMMIT + COMMIT at the current epoch.
-	pid, epoch := p.Transactions().ProducerID()
+	pid, epoch := p.txn.ProducerID()
 	raw := kmsg.NewPtrEndTxnRequest()
 	raw.TransactionalID, raw.ProducerID, raw.ProducerEpoch, raw.Commit = txnID, pid, epoch, true
 	rawResp, err := newClient(t, c).Broker(int(a)).Request(ctx, raw)
@@ -107,12 +108,12 @@ func TestZombieIsFenced(t *testing.T) {
 				require.Error(t, res.FirstErr(), "a fenced producer's record is refused")
 			}
 			err := zombie.CommitTransaction(ctx)
-			require.ErrorIs(t, err, txnclient.ErrFatal)
+			require.ErrorIs(t, err, kshare.ErrFatal)
 			var ke *kerr.Error
 			require.True(t, errors.As(err, &ke), "kerr cause reachable: %v", err)
 			require.Equal(t, kerr.ProducerFenced, ke)
-			require.Equal(t, txnclient.StateFatalError, zombie.Transactions().State())
-			require.ErrorIs(t, zombie.BeginTransaction(), txnclient.ErrFatal, "fatal is final")
+			require.Equal(t, txn.StateFatalError, zombie.txn.State())
+			require.ErrorIs(t, zombie.BeginTransaction(), kshare.ErrFatal, "fatal is final")
 
 			require.NoError(t, successor.BeginTransaction())
 			produceValues(t, successor, topic, "successor-0")
@@ -153,7 +154,7 @@ func TestStaleAnswerOfReturningCoordinatorIsRetried(t *testing.T) {
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, topic, "n1-0", "n1-1") // the leaders add the partitions at the new coordinator
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	var moved atomic.Bool
 	stale := make(chan int16, 1)
 	onClientRequests(t, c, client, func(node int32, req kmsg.Request) broker.FaultAction {

@@ -13,13 +13,14 @@ import (
 
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 )
 
 // testCtx bounds a test so that a broken one fails instead of hanging.
 func testCtx(t testing.TB) context.Context { return testkit.Context(t) }
 
 // newCluster starts a bundled cluster that the test closes.
-func newCluster(t testing.TB, opts ...broker.Opt) *broker.Cluster { return testkit.Cluster(t, opts...) }
+func newCluster(t testing.TB, opts ...broker.Opt) *broker.Cluster { return bundled.Cluster(t, opts...) }
 
 // newClient returns a plain kgo client on the cluster that the test closes.
 func newClient(t testing.TB, c *broker.Cluster, opts ...kgo.Opt) *kgo.Client {

@@ -14,10 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // onClientRequests installs a fault hook for the requests of the kgo client
@@ -124,10 +125,10 @@ func TestCloseDuringCommitCommitsAllOrNothing(t *testing.T) {
 			case commitErr == nil:
 				require.Equal(t, n, visible, "a successful commit committed every record")
 				require.Zero(t, failed.Load(), "no promise of a committed record failed")
-			case errors.Is(commitErr, txnclient.ErrInDoubt):
+			case errors.Is(commitErr, kshare.ErrInDoubt):
 				require.Error(t, closeErr, "Close could not learn the outcome and says so")
 			default:
-				require.ErrorIs(t, commitErr, txnclient.ErrAbortable)
+				require.ErrorIs(t, commitErr, kshare.ErrAbortable)
 				require.Zero(t, visible, "a failed commit committed nothing")
 			}
 			if closeErr == nil {
@@ -156,13 +157,13 @@ func TestInitTransactionsAfterAbortableErrorRecovers(t *testing.T) {
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, topic, "written-then-aborted")
 	err := p.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: make([]byte, 2000)}).FirstErr()
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, kerr.MessageTooLarge)
-	pid, epoch := p.Transactions().ProducerID()
+	pid, epoch := p.txn.ProducerID()
 
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	require.NoError(t, p.InitTransactions(ctx), "recovery from an abortable error")
-	require.Equal(t, txnclient.StateReady, p.Transactions().State())
+	require.Equal(t, txn.StateReady, p.txn.State())
 	seq := log.Of(kmsg.EndTxn.Int16(), kmsg.InitProducerID.Int16())
 	require.Len(t, seq, 2, "one EndTxn, one InitProducerId")
 	end, ok := seq[0].Req.(*kmsg.EndTxnRequest)
@@ -173,7 +174,7 @@ func TestInitTransactionsAfterAbortableErrorRecovers(t *testing.T) {
 	init, ok := seq[1].Req.(*kmsg.InitProducerIDRequest)
 	require.True(t, ok, "then the epoch is bumped")
 	require.Equal(t, pid, init.ProducerID, "KIP-360: the producer keeps its id")
-	newPID, newEpoch := p.Transactions().ProducerID()
+	newPID, newEpoch := p.txn.ProducerID()
 	require.Equal(t, pid, newPID)
 	require.Greater(t, newEpoch, epoch)
 	require.EqualValues(t, 1, p.Metrics().TransactionsAborted)
@@ -203,7 +204,7 @@ func TestLostCommitAnswerIsLearned(t *testing.T) {
 
 			require.NoError(t, p.BeginTransaction())
 			produceValues(t, p, out, "o1", "o2")
-			require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+			require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 			commitCtx, cancel := context.WithCancel(ctx)
 			stop := onClientRequests(t, c, client, func(_ int32, req kmsg.Request) broker.FaultAction {
 				if e, ok := req.(*kmsg.EndTxnRequest); ok && e.Commit {
@@ -221,7 +222,7 @@ func TestLostCommitAnswerIsLearned(t *testing.T) {
 			case "InitTransactions":
 				require.NoError(t, p.InitTransactions(ctx))
 			case "AbortTransaction":
-				require.ErrorIs(t, p.AbortTransaction(ctx), txnclient.ErrCommitted)
+				require.ErrorIs(t, p.AbortTransaction(ctx), kshare.ErrCommitted)
 			case "CommitTransaction":
 				require.NoError(t, p.CommitTransaction(ctx))
 			case "Close":
@@ -233,8 +234,8 @@ func TestLostCommitAnswerIsLearned(t *testing.T) {
 			require.Equal(t, []bool{true}, tracker.resolutions(), "the acknowledgements resolve once, as committed")
 			require.Len(t, readCommitted(t, c, out, 1), 2, "it did commit")
 			require.EqualValues(t, 5, startOffsets(t, member.cl, group, in)[0], "the inputs are acknowledged")
-			require.ErrorIs(t, commitErr, txnclient.ErrInDoubt, "the commit said its outcome was unknown")
-			require.NotErrorIs(t, commitErr, txnclient.ErrAbortable)
+			require.ErrorIs(t, commitErr, kshare.ErrInDoubt, "the commit said its outcome was unknown")
+			require.NotErrorIs(t, commitErr, kshare.ErrAbortable)
 			require.Contains(t, commitErr.Error(), "in doubt")
 
 			if next != "Close" {
@@ -260,18 +261,18 @@ func TestCloseWhoseAbortFailsResolvesStagedAcks(t *testing.T) {
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, out, "never-committed")
-	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 	dead, cancel := context.WithCancel(ctx)
 	cancel()
 	closeErr := p.Close(dead)
 	require.Error(t, closeErr, "Close could not abort and says so")
-	require.ErrorIs(t, closeErr, txnclient.ErrAbortable, "the transaction did not commit")
+	require.ErrorIs(t, closeErr, kshare.ErrAbortable, "the transaction did not commit")
 	require.Equal(t, []bool{false}, tracker.resolutions(), "resolved once, as not committed")
 
-	log := testkit.ObserveRequests(t, c)
-	require.ErrorIs(t, p.AbortTransaction(ctx), txnclient.ErrUsage, "after Close, calls fail at once")
-	require.ErrorIs(t, p.CommitTransaction(ctx), txnclient.ErrUsage)
-	require.ErrorIs(t, p.InitTransactions(ctx), txnclient.ErrUsage)
+	log := bundled.ObserveRequests(t, c)
+	require.ErrorIs(t, p.AbortTransaction(ctx), kshare.ErrClosed, "after Close, calls fail at once")
+	require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrClosed)
+	require.ErrorIs(t, p.InitTransactions(ctx), kshare.ErrClosed)
 	require.Empty(t, log.Of(kmsg.EndTxn.Int16()), "nothing was sent after Close")
 	require.NoError(t, p.Close(ctx), "a second Close does nothing")
 	require.Equal(t, []bool{false}, tracker.resolutions())
@@ -291,14 +292,14 @@ func TestSendShareAcksRacingFatalFailure(t *testing.T) {
 	p := newProducer(t, c, "racing-txn")
 	ctx := testCtx(t)
 	tracker := &recordingTracker{onStage: func() {
-		p.Transactions().Fail("produce", fmt.Errorf("produce to racing/0: %w", kerr.ProducerFenced))
+		p.txn.Fail("produce", fmt.Errorf("produce to racing/0: %w", kerr.ProducerFenced))
 	}}
-	acks := &wire.ShareAcks{Tracker: tracker}
-	acks.Add("racing", [16]byte{}, 0, wire.AckedRecord{Offset: 0, Type: wire.AckAccept})
+	acks := acktrack.New(tracker)
+	acks.Add("racing", [16]byte{}, 0, acktrack.Record{Offset: 0, Type: int8(kshare.AckAccept)})
 
 	require.NoError(t, p.BeginTransaction())
-	err := p.SendShareAcksToTransaction(ctx, acks, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
-	require.ErrorIs(t, err, txnclient.ErrFatal)
+	err := p.SendShareAcksToTransaction(ctx, ka(acks), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
+	require.ErrorIs(t, err, kshare.ErrFatal)
 	require.Equal(t, []bool{false}, tracker.resolutions(), "resolved once, as not committed")
 	require.NoError(t, p.Close(ctx))
 	require.Equal(t, []bool{false}, tracker.resolutions())
@@ -337,8 +338,9 @@ func TestInDoubtSurvivesALaterDefiniteAnswer(t *testing.T) {
 		return broker.FaultAction{}
 	})
 	err = p.CommitTransaction(ctx)
-	require.ErrorIs(t, err, txnclient.ErrFatal)
-	require.ErrorIs(t, err, txnclient.ErrInDoubt, "the first attempt's answer was lost: %v", err)
+	require.ErrorIs(t, err, kshare.ErrFatal)
+	require.NotErrorIs(t, err, kshare.ErrInDoubt, "one class: fatal")
+	require.Contains(t, err.Error(), "outcome is unknown", "the first attempt's answer was lost, and the error says so")
 	require.ErrorIs(t, err, kerr.ProducerFenced)
 	require.GreaterOrEqual(t, attempts.Load(), int32(2))
 	require.Len(t, readCommitted(t, c, topic, 1), 2, "the transaction did commit")
@@ -358,20 +360,20 @@ func TestTrackerMayCallBackIntoTheProducer(t *testing.T) {
 	p := newProducer(t, c, "callback-txn", Linger(0))
 	ctx := testCtx(t)
 	held := member.acquire(ctx, 0, 8)
-	var states []txnclient.State
+	var states []txn.State
 	tracker := &recordingTracker{onResolve: func(bool) {
 		_ = p.Metrics()
-		states = append(states, p.Transactions().State())
+		states = append(states, p.txn.State())
 	}}
 	for i, commit := range []bool{false, true} {
-		acks := &wire.ShareAcks{Tracker: tracker}
+		acks := acktrack.New(tracker)
 		for o := int64(4 * i); o < int64(4*i+4); o++ {
 			require.Contains(t, held, o)
-			acks.Add(in, member.topicID, 0, wire.AckedRecord{Offset: o, Type: wire.AckAccept})
+			acks.Add(in, member.topicID, 0, acktrack.Record{Offset: o, Type: int8(kshare.AckAccept)})
 		}
 		require.NoError(t, p.BeginTransaction())
 		produceValues(t, p, out, fmt.Sprint("out-", commit))
-		require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+		require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 		if commit {
 			require.NoError(t, p.CommitTransaction(ctx))
 		} else {
@@ -391,16 +393,16 @@ func TestMisuseGetsErrors(t *testing.T) {
 	p := newProducer(t, c, "misuse-txn", Linger(0))
 	ctx := testCtx(t)
 	var nilCtx context.Context
-	require.ErrorIs(t, p.InitTransactions(nilCtx), txnclient.ErrUsage)
-	require.ErrorIs(t, p.AbortTransaction(ctx), txnclient.ErrUsage, "no transaction")
-	require.ErrorIs(t, p.CommitTransaction(ctx), txnclient.ErrUsage, "no transaction")
+	require.ErrorIs(t, p.InitTransactions(nilCtx), kshare.ErrUsage)
+	require.ErrorIs(t, p.AbortTransaction(ctx), kshare.ErrUsage, "no transaction")
+	require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrUsage, "no transaction")
 	require.NoError(t, p.BeginTransaction())
-	require.ErrorIs(t, p.BeginTransaction(), txnclient.ErrUsage, "twice")
-	require.ErrorIs(t, p.CommitTransaction(nilCtx), txnclient.ErrUsage)
-	require.ErrorIs(t, p.SendShareAcksToTransaction(nilCtx, &wire.ShareAcks{}, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m"}), txnclient.ErrUsage)
-	require.ErrorIs(t, p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr(), txnclient.ErrUsage)
-	require.ErrorIs(t, p.Flush(nilCtx), txnclient.ErrUsage)
-	require.Equal(t, txnclient.StateInTransaction, p.Transactions().State(), "usage errors change nothing")
+	require.ErrorIs(t, p.BeginTransaction(), kshare.ErrUsage, "twice")
+	require.ErrorIs(t, p.CommitTransaction(nilCtx), kshare.ErrUsage)
+	require.ErrorIs(t, p.SendShareAcksToTransaction(nilCtx, ka(acktrack.New(nil)), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"}), kshare.ErrUsage)
+	require.ErrorIs(t, p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr(), kshare.ErrUsage)
+	require.ErrorIs(t, p.Flush(nilCtx), kshare.ErrUsage)
+	require.Equal(t, txn.StateInTransaction, p.txn.State(), "usage errors change nothing")
 	produceValues(t, p, "misuse", "kept")
 	require.NoError(t, p.CommitTransaction(ctx))
 
@@ -420,8 +422,8 @@ func TestMisuseGetsErrors(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err, "the first Close aborted the transaction; the others waited for it")
 	}
-	require.Equal(t, txnclient.StateClosed, p.Transactions().State())
-	require.ErrorIs(t, p.InitTransactions(ctx), txnclient.ErrUsage)
+	require.Equal(t, txn.StateClosed, p.txn.State())
+	require.ErrorIs(t, p.InitTransactions(ctx), kshare.ErrClosed)
 	var got []string
 	for _, r := range readCommitted(t, c, "misuse", 1) {
 		got = append(got, r.value)
@@ -441,7 +443,7 @@ func TestLearnedCommitWithFailedEpochRefresh(t *testing.T) {
 	p := newProducer(t, c, txnID, Linger(0), clientID(client))
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, out, "o1")
-	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 
 	commitCtx, cancelCommit := context.WithCancel(ctx)
 	abortCtx, cancelAbort := context.WithCancel(ctx)
@@ -460,16 +462,18 @@ func TestLearnedCommitWithFailedEpochRefresh(t *testing.T) {
 		}
 		return broker.FaultAction{}
 	})
-	require.ErrorIs(t, p.CommitTransaction(commitCtx), txnclient.ErrInDoubt)
+	require.ErrorIs(t, p.CommitTransaction(commitCtx), kshare.ErrInDoubt)
 	err := p.AbortTransaction(abortCtx)
-	require.ErrorIs(t, err, txnclient.ErrCommitted, "the abort learned the outcome")
-	require.ErrorIs(t, err, txnclient.ErrAbortable, "and could not fetch the new epoch")
-	require.Equal(t, txnclient.StateAbortableError, p.Transactions().State())
+	require.ErrorIs(t, err, kshare.ErrCommitted, "the abort learned the outcome, which is what the caller must hear")
+	require.NotErrorIs(t, err, kshare.ErrAbortable, "one class")
+	require.Contains(t, err.Error(), "then refreshing the epoch failed", "and it says it could not fetch the new epoch")
+	require.Equal(t, txn.StateAbortableError, p.txn.State(), "the next call hears that")
+	require.ErrorIs(t, p.BeginTransaction(), kshare.ErrAbortable)
 	require.Equal(t, []bool{true}, tracker.resolutions())
 	require.EqualValues(t, 1, p.Metrics().TransactionsCommitted)
 
 	require.NoError(t, p.AbortTransaction(ctx), "the next abort only fetches the epoch")
-	require.Equal(t, txnclient.StateReady, p.Transactions().State())
+	require.Equal(t, txn.StateReady, p.txn.State())
 	m := p.Metrics()
 	require.EqualValues(t, 1, m.TransactionsCommitted, "counted once")
 	require.Zero(t, m.TransactionsAborted)

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/retry"
 )
 
 // metadataRetry is how soon the dispatcher looks again at a partition that
@@ -40,7 +39,7 @@ func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
 		return t, nil
 	}
 	fresh := false
-	tm, err := txnclient.Retry(ctx, func(ctx context.Context) (kmsg.MetadataResponseTopic, error) {
+	tm, err := retry.Do(ctx, func(ctx context.Context) (kmsg.MetadataResponseTopic, error) {
 		m, err := p.metadata(ctx, []string{name}, fresh)
 		fresh = true
 		if err != nil {
@@ -50,7 +49,7 @@ func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
 		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
 			err = fmt.Errorf("metadata of topic %q: %w", name, err)
 			if mt.ErrorCode == kerr.TopicAuthorizationFailed.Code || mt.ErrorCode == kerr.InvalidTopicException.Code {
-				return mt, backoff.Permanent(err)
+				return mt, retry.Permanent(err)
 			}
 			return mt, err
 		}

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // latencyWindow is how many recent commit latencies the percentiles cover.
@@ -61,7 +61,7 @@ func (m *metrics) commit(d time.Duration) {
 	m.next = (m.next + 1) % latencyWindow
 }
 
-func (m *metrics) snapshot(s txnclient.Stats) Metrics {
+func (m *metrics) snapshot(s txn.Stats) Metrics {
 	out := Metrics{
 		TransactionsCommitted: s.Committed,
 		TransactionsAborted:   s.Aborted,

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/kshare-go/kshare/internal/kgoclient"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // Opt configures a Producer; see New.
@@ -38,7 +38,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		conn:           kgoclient.Defaults(),
-		txnTimeout:     txnclient.DefaultTransactionTimeout,
+		txnTimeout:     txn.DefaultTransactionTimeout,
 		linger:         10 * time.Millisecond,
 		batchMaxBytes:  1000012, // Kafka's default max.message.bytes
 		compression:    []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.NoCompression()},
@@ -127,9 +127,9 @@ func SASL(mechanisms ...sasl.Mechanism) Opt { return connOpt(kgoclient.SASL(mech
 // KgoOpts passes transport-level options (dialer, client id, request
 // timeouts, version pins, ...) to the underlying kgo.Client. Producer and
 // consumer options of kgo have no effect: the Producer does its own
-// producing. A kgo.MaxVersions pin replaces txnclient.KgoMaxVersions(); if
+// producing. A kgo.MaxVersions pin replaces wire.KgoMaxVersions(); if
 // it leaves out the KIP-1289 keys, share acknowledgements fail with
-// ErrShareAcksUnsupported, and below EndTxn v5 or Produce v12 transactions
+// kshare.ErrUnsupported, and below EndTxn v5 or Produce v12 transactions
 // run as TV1. New fails with ErrUsage if kgo refuses an option.
 func KgoOpts(opts ...kgo.Opt) Opt { return connOpt(kgoclient.KgoOpts(opts...)) }
 

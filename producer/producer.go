@@ -11,17 +11,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
 
 // Producer is a transactional Kafka producer on kgo's transport. It batches
 // records per partition into idempotent, transactional RecordBatch v2
-// batches and owns the transaction through a txnclient.Manager, so that
-// share acknowledgements (KIP-1289) can join its transactions and a
-// transaction that carries only acknowledgements still commits.
+// batches and runs the transaction itself, so that share acknowledgements
+// (KIP-1289) can join its transactions and a transaction that carries only
+// acknowledgements still commits. Create it with New; a Producer that New
+// did not create answers every call with kshare.ErrUsage.
 //
-// Produce, ProduceSync, Flush and Metrics may be called from many
+// Produce, ProduceSync, Flush, Metrics and Status may be called from many
 // goroutines. The transaction calls (InitTransactions, BeginTransaction,
 // SendOffsetsToTransaction, SendShareAcksToTransaction, CommitTransaction,
 // AbortTransaction) are serialized; records must be produced between
@@ -29,7 +32,7 @@ import (
 type Producer struct {
 	cfg        config
 	cl         *kgo.Client
-	txn        *txnclient.Manager
+	txn        *txn.Manager
 	compressor kgo.Compressor
 
 	ctx    context.Context // ends at Close; bounds produce requests
@@ -65,29 +68,29 @@ func New(opts ...Opt) (*Producer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
-			return nil, txnclient.Usage(op, errors.New("nil option"))
+			return nil, errs.Usage(op, errors.New("nil option"))
 		}
 		o.apply(&cfg)
 	}
 	if err := cfg.validate(); err != nil {
-		return nil, txnclient.Usage(op, err)
+		return nil, errs.Usage(op, err)
 	}
 	compressor, err := kgo.DefaultCompressor(cfg.compression...)
 	if err != nil {
-		return nil, txnclient.Usage(op, fmt.Errorf("compression: %w", err))
+		return nil, errs.Usage(op, fmt.Errorf("compression: %w", err))
 	}
 	kopts := []kgo.Opt{
 		kgo.ProduceRequestTimeout(cfg.produceTimeout),
-		kgo.MaxVersions(txnclient.KgoMaxVersions()),
+		kgo.MaxVersions(wire.KgoMaxVersions()),
 	}
 	if cfg.autoCreateTopics {
 		kopts = append(kopts, kgo.AllowAutoTopicCreation())
 	}
 	cl, err := cfg.conn.NewClient(kopts...)
 	if err != nil {
-		return nil, txnclient.Usage(op, err)
+		return nil, errs.Usage(op, err)
 	}
-	txn, err := txnclient.New(txnclient.Config{
+	mgr, err := txn.New(txn.Config{
 		Client:             cl,
 		TransactionalID:    cfg.txnID,
 		TransactionTimeout: cfg.txnTimeout,
@@ -101,7 +104,7 @@ func New(opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:        cfg,
 		cl:         cl,
-		txn:        txn,
+		txn:        mgr,
 		compressor: compressor,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -115,14 +118,51 @@ func New(opts ...Opt) (*Producer, error) {
 	return p, nil
 }
 
-// Client returns the underlying kgo client, for admin requests or a
-// consumer sharing the connections. Do not produce through it, and do not
-// close it: Close does.
-func (p *Producer) Client() *kgo.Client { return p.cl }
+// Client returns the underlying kgo client, for admin requests (for
+// example kadm.NewClient(p.Client()), or shareconsumer.AlterGroupConfig).
+// Do not produce through it, and do not close it: Close does.
+func (p *Producer) Client() *kgo.Client {
+	if !p.made() {
+		return nil
+	}
+	return p.cl
+}
 
-// Transactions returns the transaction manager, for its state and
-// producer id.
-func (p *Producer) Transactions() *txnclient.Manager { return p.txn }
+// Status describes a producer for logs and diagnostics. Do not drive a
+// program with it: the errors of the transaction calls say what to do.
+type Status struct {
+	TransactionalID string
+	// ProducerID and Epoch are -1 before InitTransactions succeeds. On
+	// TV2 clusters the epoch moves at every transaction end.
+	ProducerID int64
+	Epoch      int16
+	// State names where the producer is: "uninitialized", "ready",
+	// "in transaction", "committing", "aborting", "abortable error",
+	// "commit in doubt", "fatal error" or "closed".
+	State string
+	// TV2 reports whether the transaction coordinator runs transaction
+	// version 2 (KIP-890), as found by the last InitTransactions.
+	TV2 bool
+	// Err is the error that put the producer in an error state, or nil.
+	Err error
+}
+
+// Status returns the producer's current status without blocking (Err and
+// TV2 wait only for the manager's lock, never for a transaction call).
+func (p *Producer) Status() Status {
+	if !p.made() {
+		return Status{ProducerID: -1, Epoch: -1, State: "not created by New", Err: errNotMade("status")}
+	}
+	pid, epoch := p.txn.ProducerID()
+	return Status{
+		TransactionalID: p.cfg.txnID,
+		ProducerID:      pid,
+		Epoch:           epoch,
+		State:           p.txn.State().String(),
+		TV2:             p.txn.TV2(),
+		Err:             p.txn.Err(),
+	}
+}
 
 // InitTransactions gets a producer id and epoch, fencing any older producer
 // with the same transactional id, and detects whether the cluster runs
@@ -140,8 +180,11 @@ func (p *Producer) Transactions() *txnclient.Manager { return p.txn }
 //
 // If ctx (or the transaction timeout) ends first, nothing is lost: the
 // producer stays as it was and InitTransactions may be called again. After
-// Close it fails with ErrUsage.
+// Close it fails with ErrClosed.
 func (p *Producer) InitTransactions(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("init transactions")
+	}
 	if p.closing.Load() {
 		return errClosed("init transactions")
 	}
@@ -149,10 +192,15 @@ func (p *Producer) InitTransactions(ctx context.Context) error {
 }
 
 // BeginTransaction starts a transaction. It sends nothing. It waits for a
-// transaction call in progress in another goroutine, and fails with
-// ErrUsage after Close or outside the Ready state (the error of an earlier
-// failure, if there is one, says why).
+// transaction call in progress in another goroutine. It fails with
+// ErrClosed after Close; with ErrUsage when a transaction is in progress
+// or InitTransactions has not succeeded; and, after an earlier failure
+// that AbortTransaction (or InitTransactions) has not cleared, with that
+// failure's error (ErrAbortable, ErrInDoubt or ErrFatal).
 func (p *Producer) BeginTransaction() error {
+	if !p.made() {
+		return errNotMade("begin transaction")
+	}
 	if p.closing.Load() {
 		return errClosed("begin transaction")
 	}
@@ -176,13 +224,20 @@ func (p *Producer) BeginTransaction() error {
 //     the commit. The staged acknowledgements are resolved only once the
 //     outcome is known.
 //   - ErrFatal: the producer was fenced (or the cluster refuses it);
-//     close it. If it also matches ErrInDoubt, the outcome is unknown.
+//     close it. If EndTxn(COMMIT) had been sent, the message says that
+//     the outcome is unknown; the newer producer's InitTransactions
+//     settles it.
+//   - ErrUnsupported: a broker cannot decode the KIP-1289 messages
+//     (wire.ErrMalformed); nothing committed.
 //
 // Called in the InDoubt state, it retries EndTxn(COMMIT). If Close runs
 // meanwhile with time to spare it waits for the commit; if Close's context
 // ends first, the commit fails before EndTxn(COMMIT) (ErrAbortable) or is
 // left in doubt.
 func (p *Producer) CommitTransaction(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("commit transaction")
+	}
 	start := time.Now()
 	err := p.txn.Commit(ctx, p.flushForCommit, p.drain)
 	if err == nil {
@@ -197,7 +252,7 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 	if err := p.Flush(ctx); err != nil {
 		return err
 	}
-	if st := p.txn.State(); st != txnclient.StateCommitting {
+	if st := p.txn.State(); st != txn.StateCommitting {
 		return p.txn.Err()
 	}
 	return nil
@@ -211,37 +266,69 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 // After an in-doubt commit (ErrInDoubt) it learns the outcome: nil means
 // the transaction is aborted; an error matching ErrCommitted means it had
 // committed (outputs and acknowledgements took effect; the metrics and the
-// staged acknowledgements say so too), and the producer is ready either
-// way. If ctx ends first, the producer stays where it was and
-// AbortTransaction may be called again; a fenced producer gets ErrFatal.
-// With no transaction in progress, or after Close, it fails with ErrUsage.
+// staged acknowledgements say so too; it is not a failure), and the
+// producer is ready either way. If ctx ends first, the producer stays
+// where it was and AbortTransaction may be called again; a fenced producer
+// gets ErrFatal. With no transaction in progress it fails with ErrUsage,
+// after Close with ErrClosed.
 func (p *Producer) AbortTransaction(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("abort transaction")
+	}
 	return p.txn.Abort(ctx, p.drain)
 }
 
 // SendOffsetsToTransaction commits consumer-group offsets as part of the
 // transaction (TxnOffsetCommit; AddOffsetsToTxn first on TV1 clusters).
-// Records produced earlier need not be flushed first. Any failure,
-// including ctx ending, dooms the transaction (ErrAbortable): it must not
-// commit without the offsets.
-func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group txnclient.GroupMetadata) error {
+// Records produced earlier need not be flushed first. Any failure dooms
+// the transaction, which must not commit without the offsets: an empty
+// group id (ErrUsage), ctx ending or a refusal by the group coordinator
+// (ErrAbortable).
+func (p *Producer) SendOffsetsToTransaction(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
+	if !p.made() {
+		return errNotMade("send offsets to transaction")
+	}
 	if p.closing.Load() {
 		return errClosed("send offsets to transaction")
 	}
-	return p.txn.SendOffsets(ctx, offsets, group)
+	return p.txn.SendOffsets(ctx, offsets, txn.GroupMetadata(group))
 }
 
-// SendShareAcksToTransaction adds share-group acknowledgements to the
-// transaction: they take effect if and only if it commits. They are sent at
-// commit, before EndTxn. It fails with ErrShareAcksUnsupported, sending
-// nothing, if a broker involved lacks the KIP-1289 APIs, and with
-// ErrAbortable if acks.Tracker refuses them (an expired lock, say) or
-// anything else goes wrong, ctx ending included: the transaction must not
-// commit without them. Once acks.Tracker.Stage accepted them,
-// acks.Tracker.Resolve is called exactly once, when the outcome is known
-// (or at once, as not committed, if this call fails afterwards). Do not
-// modify acks afterwards; see txnclient.Manager.StageShareAcks.
-func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+// GroupMetadata identifies the consumer-group member whose offsets a
+// transaction commits (SendOffsetsToTransaction), as kgo's
+// GroupTransactSession or the Java client's ConsumerGroupMetadata does.
+// The group coordinator refuses the offsets (ErrAbortable) if the member
+// or generation is no longer current. An empty MemberID and Generation -1
+// skip that check.
+type GroupMetadata struct {
+	GroupID    string
+	MemberID   string
+	Generation int32
+	// InstanceID is the member's group.instance.id (static membership),
+	// nil for a dynamic member.
+	InstanceID *string
+}
+
+// SendShareAcksToTransaction adds share-group acknowledgements, built by
+// shareconsumer.Consumer.Acks, to the transaction: they take effect if and
+// only if it commits. meta is that consumer's GroupMetadata. They are sent
+// at commit, before EndTxn. Empty acknowledgements add nothing.
+//
+// It fails with ErrUnsupported, sending nothing and changing nothing, if
+// a broker involved lacks the KIP-1289 APIs. Any other failure dooms the
+// transaction, which must not commit without them: nil or invalid
+// acknowledgements, metadata of another member, acknowledgements merged
+// from two consumers, records the consumer does not hold or a consumer in
+// another mode (ErrUsage, shareconsumer.ErrNotHeld); a lock that ran out
+// (ErrAbortable, shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
+//
+// The consumer that built acks follows them: it renews their locks while
+// the transaction is open and learns its outcome exactly once (releasing
+// the records of an aborted transaction at once).
+func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
+	if !p.made() {
+		return errNotMade("send share acknowledgements to transaction")
+	}
 	if p.closing.Load() {
 		return errClosed("send share acknowledgements to transaction")
 	}
@@ -250,11 +337,24 @@ func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *wire.Sh
 
 // Metrics returns a snapshot of the producer's counters.
 func (p *Producer) Metrics() Metrics {
+	if !p.made() {
+		return Metrics{}
+	}
 	s := p.txn.Stats()
 	return p.metrics.snapshot(s)
 }
 
-func errClosed(op string) error { return txnclient.Usage(op, errors.New("producer is closed")) }
+func errClosed(op string) error { return errs.Closed(op, errors.New("producer is closed")) }
+
+// made reports whether p was created by New: a nil or zero Producer
+// answers every call with ErrUsage instead of panicking.
+func (p *Producer) made() bool { return p != nil && p.txn != nil }
+
+// errNotMade is what a call of op on a Producer that New did not create
+// gets.
+func errNotMade(op string) error {
+	return errs.Usage(op, errors.New("the producer was not created by producer.New"))
+}
 
 // Produce buffers r for the current transaction and calls promise (if not
 // nil) once with r and its fate: nil once the broker has written it, or a
@@ -270,16 +370,20 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	if promise == nil {
 		promise = func(*kgo.Record, error) {}
 	}
+	if !p.made() {
+		promise(r, errNotMade(op))
+		return
+	}
 	if r == nil {
-		promise(r, txnclient.Usage(op, errors.New("nil record")))
+		promise(r, errs.Usage(op, errors.New("nil record")))
 		return
 	}
 	if ctx == nil {
-		promise(r, txnclient.Usage(op, errors.New("nil context")))
+		promise(r, errs.Usage(op, errors.New("nil context")))
 		return
 	}
 	if r.Topic == "" {
-		promise(r, txnclient.Usage(op, errors.New("record has no topic")))
+		promise(r, errs.Usage(op, errors.New("record has no topic")))
 		return
 	}
 	// Counting the record before checking the state pairs with Commit and
@@ -291,7 +395,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.refuseClosed(r, promise, st, txnNum)
 		return
 	}
-	if st != txnclient.StateInTransaction {
+	if st != txn.StateInTransaction {
 		p.doneRecords(1)
 		promise(r, p.stateErr(op, st))
 		return
@@ -320,9 +424,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 // transaction is still open, the transaction can no longer commit (the
 // application meant the record to be part of it), so it is doomed before
 // the record counts as resolved.
-func (p *Producer) refuseClosed(r *kgo.Record, promise func(*kgo.Record, error), st txnclient.State, txnNum uint64) {
-	if st == txnclient.StateInTransaction {
-		p.txn.FailTxn(txnNum, "produce", txnclient.Abortable("produce", errors.New("a record was refused: the producer is closing")))
+func (p *Producer) refuseClosed(r *kgo.Record, promise func(*kgo.Record, error), st txn.State, txnNum uint64) {
+	if st == txn.StateInTransaction {
+		p.txn.FailTxn(txnNum, "produce", errs.Abortable("produce", errors.New("a record was refused: the producer is closing")))
 	}
 	p.doneRecords(1)
 	promise(r, errClosed("produce"))
@@ -372,11 +476,11 @@ func (p *Producer) releaseSlots(n int) {
 	}
 }
 
-func (p *Producer) stateErr(op string, st txnclient.State) error {
+func (p *Producer) stateErr(op string, st txn.State) error {
 	if err := p.txn.Err(); err != nil {
 		return err
 	}
-	return txnclient.Usage(op, fmt.Errorf("no transaction in progress (state %s)", st))
+	return errs.Usage(op, fmt.Errorf("no transaction in progress (state %s)", st))
 }
 
 // failUnbuffered fails a record that never reached a batch; it dooms the
@@ -451,15 +555,25 @@ func (p *Producer) doneRecords(n int64) {
 
 // Flush sends every buffered record at once, ignoring linger, and waits
 // until each has its answer or ctx ends. It does not end the transaction;
-// records that failed have already reported it to their promises.
+// records that failed have already reported it to their promises. It
+// returns nil once every record has its answer, ErrAbortable wrapping
+// ctx's error when ctx ends first (the records keep going, and their
+// promises still hear their fate), and ErrUsage for a nil ctx.
 func (p *Producer) Flush(ctx context.Context) error {
+	const op = "flush"
+	if !p.made() {
+		return errNotMade(op)
+	}
 	if ctx == nil {
-		return txnclient.Usage("flush", errors.New("nil context"))
+		return errs.Usage(op, errors.New("nil context"))
 	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
 	p.poke()
-	return p.waitDrained(ctx)
+	if err := p.waitDrained(ctx); err != nil {
+		return errs.Abortable(op, err)
+	}
+	return nil
 }
 
 func (p *Producer) waitDrained(ctx context.Context) error {
@@ -485,7 +599,7 @@ func (p *Producer) waitDrained(ctx context.Context) error {
 // drain fails every buffered record that is not in flight and waits for
 // those in flight: after it, nothing of the transaction is travelling.
 func (p *Producer) drain(ctx context.Context) error {
-	p.failQueued(txnclient.Abortable("produce", errors.New("transaction aborted before the record was sent")))
+	p.failQueued(errs.Abortable("produce", errors.New("transaction aborted before the record was sent")))
 	p.poke()
 	return p.waitDrained(ctx)
 }
@@ -530,14 +644,16 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 // learned). Either way every staged acknowledgement has been resolved
 // exactly once (as not committed unless the commit is known to have
 // committed), every goroutine of the producer has exited and the kgo
-// client is closed. Later calls fail with ErrUsage at once; calling Close
+// client is closed. Later calls fail with ErrClosed at once; calling Close
 // again waits for the first Close, within its own ctx, and returns nil. A
 // nil ctx is taken as context.Background().
 //
-// Do not call Close (or any transaction call) from a promise or a
-// Tracker: promises run on the producer's goroutines, which Close waits
-// for.
+// Do not call Close (or any transaction call) from a promise: promises
+// run on the producer's goroutines, which Close waits for.
 func (p *Producer) Close(ctx context.Context) error {
+	if !p.made() {
+		return errNotMade("close")
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -15,9 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -29,7 +30,7 @@ func TestCommitsAndAbortsInterleaved(t *testing.T) {
 	createTopic(t, c, topic, partitions)
 	p := newProducer(t, c, "interleaved-txn", Linger(0))
 	ctx := testCtx(t)
-	require.True(t, p.Transactions().TV2(), "the bundled broker runs transaction version 2")
+	require.True(t, p.txn.TV2(), "the bundled broker runs transaction version 2")
 
 	want := make(map[string]bool)
 	const txns, perTxn = 10, 60
@@ -92,18 +93,18 @@ func TestStaleFailedStateSparesTheNextTransaction(t *testing.T) {
 	p := newProducer(t, c, "stale-state-txn", Linger(time.Hour))
 	ctx := testCtx(t)
 	require.NoError(t, p.BeginTransaction())
-	_, txn := p.Transactions().TxnState()
+	_, num := p.txn.TxnState()
 	promised := make(chan error, 1)
 	p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte("v")}, func(_ *kgo.Record, err error) { promised <- err })
 
-	p.dispatchIn(txnclient.StateAborting, txn-1, map[int32]int{}, nil)
+	p.dispatchIn(txn.StateAborting, num-1, map[int32]int{}, nil)
 	select {
 	case err := <-promised:
-		t.Fatalf("the record of transaction %d failed for transaction %d: %v", txn, txn-1, err)
+		t.Fatalf("the record of transaction %d failed for transaction %d: %v", num, num-1, err)
 	default:
 	}
-	p.dispatchIn(txnclient.StateAborting, txn, map[int32]int{}, nil)
-	require.ErrorIs(t, <-promised, txnclient.ErrAbortable, "the failing transaction's own record fails")
+	p.dispatchIn(txn.StateAborting, num, map[int32]int{}, nil)
+	require.ErrorIs(t, <-promised, kshare.ErrAbortable, "the failing transaction's own record fails")
 	require.NoError(t, p.AbortTransaction(ctx))
 }
 
@@ -123,7 +124,7 @@ func TestCommitsWhileTransactionStateLeadershipMoves(t *testing.T) {
 
 	committed, aborted := commitStream(t, p, topic, 10, func(i int) bool { return i < 150 || moves.Load() < 50 })
 	t.Logf("%d transactions committed, %d aborted, %d leadership moves", len(committed)/10, aborted, moves.Load())
-	require.Equal(t, txnclient.StateReady, p.Transactions().State())
+	require.Equal(t, txn.StateReady, p.txn.State())
 	requireCommittedOnce(t, c, topic, partitions, committed)
 }
 
@@ -135,11 +136,11 @@ func TestTV1Fallback(t *testing.T) {
 	c := newCluster(t, broker.Nodes(3))
 	const topic, partitions = "tv1", 3
 	createTopic(t, c, topic, partitions)
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	p := newProducer(t, c, "tv1-txn", Linger(0), KgoOpts(kgo.MaxVersions(kversion.V3_5_0())))
-	require.False(t, p.Transactions().TV2())
+	require.False(t, p.txn.TV2())
 	ctx := testCtx(t)
-	pid, epoch := p.Transactions().ProducerID()
+	pid, epoch := p.txn.ProducerID()
 
 	want := map[string]bool{}
 	for i := range 4 {
@@ -158,7 +159,7 @@ func TestTV1Fallback(t *testing.T) {
 			require.NoError(t, p.AbortTransaction(ctx))
 		}
 	}
-	gotPID, gotEpoch := p.Transactions().ProducerID()
+	gotPID, gotEpoch := p.txn.ProducerID()
 	require.Equal(t, pid, gotPID)
 	require.Equal(t, epoch, gotEpoch, "TV1 keeps the epoch across transactions")
 	clientAdds := 0
@@ -250,8 +251,8 @@ func commitStream(t *testing.T, p *Producer, topic string, perTxn int, more func
 			p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte(vals[j])}, nil)
 		}
 		if err := p.CommitTransaction(ctx); err != nil {
-			require.ErrorIs(t, err, txnclient.ErrAbortable, "commit %d", i)
-			require.NotErrorIs(t, err, txnclient.ErrFatal, "commit %d", i)
+			require.ErrorIs(t, err, kshare.ErrAbortable, "commit %d", i)
+			require.NotErrorIs(t, err, kshare.ErrFatal, "commit %d", i)
 			aborted++
 			require.NoError(t, p.AbortTransaction(ctx), "abort after %v", err)
 			continue

@@ -14,9 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/testkit"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // shareMember is a share-group member driven with raw ShareGroupHeartbeat
@@ -60,8 +61,8 @@ func joinShareGroup(t *testing.T, c *broker.Cluster, group, topic string, config
 }
 
 // metadata returns the member's group metadata for the producer.
-func (m *shareMember) metadata() wire.ShareGroupMetadata {
-	return wire.ShareGroupMetadata{GroupID: m.group, MemberID: m.id, MemberEpoch: m.epoch}
+func (m *shareMember) metadata() kshare.ShareGroupMetadata {
+	return kshare.ShareGroupMetadata{GroupID: m.group, MemberID: m.id, MemberEpoch: m.epoch}
 }
 
 // acquire fetches partition until it holds want records (or, with want 0,
@@ -105,9 +106,9 @@ func (m *shareMember) acquire(ctx context.Context, partition int32, want int) ma
 }
 
 // acks builds acknowledgements of typ for offsets of partition.
-func acksFor(acks *wire.ShareAcks, topic string, id [16]byte, partition int32, offsets map[int64]int16, typ wire.AckType) {
+func acksFor(acks *acktrack.Set, topic string, id [16]byte, partition int32, offsets map[int64]int16, typ kshare.AckType) {
 	for o := range offsets {
-		acks.Add(topic, id, partition, wire.AckedRecord{Offset: o, Type: typ})
+		acks.Add(topic, id, partition, acktrack.Record{Offset: o, Type: int8(typ)})
 	}
 }
 
@@ -115,7 +116,7 @@ func acksFor(acks *wire.ShareAcks, topic string, id [16]byte, partition int32, o
 // records to in, joins group and acquires them all, and returns the member
 // and the ACCEPT acknowledgements of every held record, tracked by a
 // recordingTracker.
-func heldInputs(t *testing.T, c *broker.Cluster, in, out, group string, n int) (*shareMember, *wire.ShareAcks, *recordingTracker) {
+func heldInputs(t *testing.T, c *broker.Cluster, in, out, group string, n int) (*shareMember, *acktrack.Set, *recordingTracker) {
 	t.Helper()
 	createTopic(t, c, in, 1)
 	createTopic(t, c, out, 1)
@@ -123,8 +124,8 @@ func heldInputs(t *testing.T, c *broker.Cluster, in, out, group string, n int) (
 	member := joinShareGroup(t, c, group, in)
 	held := member.acquire(testCtx(t), 0, n)
 	tracker := &recordingTracker{}
-	acks := &wire.ShareAcks{Tracker: tracker}
-	acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
+	acks := acktrack.New(tracker)
+	acksFor(acks, in, member.topicID, 0, held, kshare.AckAccept)
 	return member, acks, tracker
 }
 
@@ -148,7 +149,7 @@ func produceInput(t *testing.T, c *broker.Cluster, topic string, partitions int3
 	require.NoError(t, cl.ProduceSync(testCtx(t), recs...).FirstErr())
 }
 
-// recordingTracker is a wire.Tracker that records its calls and can refuse
+// recordingTracker is an acktrack.Tracker that records its calls and can refuse
 // staging; onStage and onResolve, if set, run inside Stage and Resolve. Read its fields only after
 // the calls that resolve it have returned.
 type recordingTracker struct {
@@ -161,7 +162,7 @@ type recordingTracker struct {
 	resolved []bool
 }
 
-func (r *recordingTracker) Stage(*wire.ShareAcks) error {
+func (r *recordingTracker) Stage(*acktrack.Set, string, string) error {
 	if r.onStage != nil {
 		r.onStage()
 	}
@@ -171,7 +172,7 @@ func (r *recordingTracker) Stage(*wire.ShareAcks) error {
 	return r.stageErr
 }
 
-func (r *recordingTracker) Resolve(_ *wire.ShareAcks, committed bool) {
+func (r *recordingTracker) Resolve(_ *acktrack.Set, committed bool) {
 	if r.onResolve != nil {
 		r.onResolve(committed)
 	}
@@ -189,3 +190,6 @@ func (r *recordingTracker) resolutions() []bool {
 
 // sleepPast waits until d has passed, for lock expiry.
 func sleepPast(d time.Duration) { time.Sleep(d + d/2) }
+
+// ka is acks as the public API takes them.
+func ka(acks *acktrack.Set) *kshare.ShareAcks { return (*kshare.ShareAcks)(acks) }

@@ -13,9 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -35,7 +37,7 @@ func TestShareAcksCommitWithOutputs(t *testing.T) {
 	p := newProducer(t, c, "ctp-worker", Linger(0))
 	ctx := testCtx(t)
 
-	acks := &wire.ShareAcks{Tracker: tracker}
+	acks := acktrack.New(tracker)
 	require.NoError(t, p.BeginTransaction())
 	for part := int32(0); part < 3; part++ {
 		got := member.acquire(ctx, part, perPartition)
@@ -44,12 +46,12 @@ func TestShareAcksCommitWithOutputs(t *testing.T) {
 		if part == 1 {
 			id = [16]byte{} // the producer resolves missing topic ids from metadata
 		}
-		acksFor(acks, in, id, part, got, wire.AckAccept)
+		acksFor(acks, in, id, part, got, kshare.AckAccept)
 		for o := range got {
 			p.Produce(ctx, &kgo.Record{Topic: out, Value: []byte(fmt.Sprintf("out-%d-%d", part, o))}, nil)
 		}
 	}
-	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 	require.Equal(t, 1, tracker.staged)
 	require.NoError(t, p.CommitTransaction(ctx))
 	require.Equal(t, []bool{true}, tracker.resolved, "resolved once, as committed")
@@ -65,13 +67,13 @@ func TestShareAcksCommitWithOutputs(t *testing.T) {
 	produceInput(t, c, in, 3, 2)
 	got := member.acquire(ctx, 2, 2)
 	require.Len(t, got, 2)
-	log := testkit.ObserveRequests(t, c)
-	only := &wire.ShareAcks{}
-	acksFor(only, in, member.topicID, 2, got, wire.AckReject)
+	log := bundled.ObserveRequests(t, c)
+	only := acktrack.New(nil)
+	acksFor(only, in, member.topicID, 2, got, kshare.AckReject)
 	require.NoError(t, p.BeginTransaction())
-	require.NoError(t, p.SendShareAcksToTransaction(ctx, only, member.metadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(only), member.metadata()))
 	require.NoError(t, p.CommitTransaction(ctx))
-	require.True(t, slices.ContainsFunc(log.Of(kmsg.EndTxn.Int16()), func(o testkit.Observed) bool {
+	require.True(t, slices.ContainsFunc(log.Of(kmsg.EndTxn.Int16()), func(o bundled.Observed) bool {
 		return o.Req.(*kmsg.EndTxnRequest).Commit
 	}), "the acknowledgement-only transaction ended with EndTxn(COMMIT)")
 	require.EqualValues(t, perPartition+2, startOffsets(t, member.cl, group, in)[2], "rejected records are archived")
@@ -97,19 +99,19 @@ func TestShareAcksRefusedThenAborted(t *testing.T) {
 	ctx := testCtx(t)
 
 	held := member.acquire(ctx, 0, 5)
-	acks := &wire.ShareAcks{Tracker: tracker}
-	acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
-	acks.Add(in, member.topicID, 1, wire.AckedRecord{Offset: 3, Type: wire.AckAccept}) // never acquired
+	acks := acktrack.New(tracker)
+	acksFor(acks, in, member.topicID, 0, held, kshare.AckAccept)
+	acks.Add(in, member.topicID, 1, acktrack.Record{Offset: 3, Type: int8(kshare.AckAccept)}) // never acquired
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, out, "out-a", "out-b")
-	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 	err := p.CommitTransaction(ctx)
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	var ke *kerr.Error
 	require.True(t, errors.As(err, &ke))
 	require.Equal(t, kerr.InvalidRecordState, ke)
-	require.Equal(t, txnclient.StateAbortableError, p.Transactions().State())
+	require.Equal(t, txn.StateAbortableError, p.txn.State())
 	require.Empty(t, tracker.resolved, "not resolved before the transaction ends")
 
 	require.NoError(t, p.AbortTransaction(ctx))
@@ -137,13 +139,13 @@ func TestShareAcksExpiredLockCommitsNothing(t *testing.T) {
 
 	held := member.acquire(ctx, 0, 4)
 	sleepPast(lock)
-	acks := &wire.ShareAcks{}
-	acksFor(acks, in, member.topicID, 0, held, wire.AckAccept)
+	acks := acktrack.New(nil)
+	acksFor(acks, in, member.topicID, 0, held, kshare.AckAccept)
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, out, "late-output")
-	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, member.metadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata()))
 	err := p.CommitTransaction(ctx)
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, kerr.InvalidRecordState)
 	require.NoError(t, p.AbortTransaction(ctx))
 
@@ -161,14 +163,14 @@ func TestShareAcksTrackerRefusal(t *testing.T) {
 	ctx := testCtx(t)
 	refusal := errors.New("lock expired")
 	tracker := &recordingTracker{stageErr: refusal}
-	acks := &wire.ShareAcks{Tracker: tracker}
-	acks.Add("tracked", [16]byte{}, 0, wire.AckedRecord{Offset: 0, Type: wire.AckAccept})
+	acks := acktrack.New(tracker)
+	acks.Add("tracked", [16]byte{}, 0, acktrack.Record{Offset: 0, Type: int8(kshare.AckAccept)})
 
 	require.NoError(t, p.BeginTransaction())
-	err := p.SendShareAcksToTransaction(ctx, acks, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	err := p.SendShareAcksToTransaction(ctx, ka(acks), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, refusal)
-	require.ErrorIs(t, p.CommitTransaction(ctx), txnclient.ErrAbortable)
+	require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrAbortable)
 	require.NoError(t, p.AbortTransaction(ctx))
 	require.Empty(t, tracker.resolved, "acknowledgements that were never staged are not resolved")
 }
@@ -179,18 +181,18 @@ func TestShareAcksTrackerRefusal(t *testing.T) {
 func TestShareAcksUnsupportedSendsNothing(t *testing.T) {
 	c := newCluster(t, broker.ShareTxnAPIs(false))
 	createTopic(t, c, "plain", 1)
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	p := newProducer(t, c, "plain-worker", Linger(0))
 	ctx := testCtx(t)
 	tracker := &recordingTracker{}
-	acks := &wire.ShareAcks{Tracker: tracker}
-	acks.Add("plain", [16]byte{}, 0, wire.AckedRecord{Offset: 0, Type: wire.AckAccept})
+	acks := acktrack.New(tracker)
+	acks.Add("plain", [16]byte{}, 0, acktrack.Record{Offset: 0, Type: int8(kshare.AckAccept)})
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, "plain", "v")
-	err := p.SendShareAcksToTransaction(ctx, acks, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
-	require.ErrorIs(t, err, txnclient.ErrShareAcksUnsupported)
-	require.ErrorIs(t, err, txnclient.ErrFatal)
+	err := p.SendShareAcksToTransaction(ctx, ka(acks), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
+	require.ErrorIs(t, err, kshare.ErrUnsupported)
+	require.NotErrorIs(t, err, kshare.ErrFatal, "one class: the producer stays usable")
 	for _, want := range []string{"broker 0", "API key 96", "API key 95", wire.ShareVersionFeature} {
 		require.True(t, strings.Contains(err.Error(), want), "%q should mention %q", err, want)
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/kgoclient"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // sendItem is a batch and its partition: one partition's part of a produce
@@ -72,16 +73,16 @@ func (p *Producer) dispatch(inflight map[int32]int, done chan<- int32) time.Time
 }
 
 // dispatchIn is dispatch for a state st read together with txnNum.
-func (p *Producer) dispatchIn(st txnclient.State, txnNum uint64, inflight map[int32]int, done chan<- int32) time.Time {
+func (p *Producer) dispatchIn(st txn.State, txnNum uint64, inflight map[int32]int, done chan<- int32) time.Time {
 	now := time.Now()
 	var failErr error
 	switch st {
-	case txnclient.StateAbortableError, txnclient.StateFatalError:
+	case txn.StateAbortableError, txn.StateFatalError:
 		failErr = p.txn.Err()
-	case txnclient.StateAborting:
-		failErr = txnclient.Abortable("produce", errors.New("transaction aborted before the record was sent"))
+	case txn.StateAborting:
+		failErr = errs.Abortable("produce", errors.New("transaction aborted before the record was sent"))
 	}
-	flushing := p.flushing.Load() > 0 || st == txnclient.StateCommitting
+	flushing := p.flushing.Load() > 0 || st == txn.StateCommitting
 
 	var next time.Time
 	soon := func(t time.Time) {
@@ -265,7 +266,7 @@ func (p *Producer) settle(it sendItem, code int16, baseOffset int64, err error) 
 		return retryLater{}
 	}
 	if (p.closing.Load() && p.ctx.Err() != nil) || errors.Is(err, kgo.ErrClientClosed) {
-		p.finishFailed(it.part, it.b, txnclient.Abortable("produce", fmt.Errorf("the producer closed before the record's answer came: %w", err)), true)
+		p.finishFailed(it.part, it.b, errs.Abortable("produce", fmt.Errorf("the producer closed before the record's answer came: %w", err)), true)
 		return retryLater{}
 	}
 	retriable := code == 0 || // transport error: sequence numbers make a resend safe
@@ -274,7 +275,7 @@ func (p *Producer) settle(it sendItem, code int16, baseOffset int64, err error) 
 		p.txn.ConfirmAnswer(p.ctx, code, &it.b.answers)
 	st := p.txn.State()
 	deadline := p.txn.Deadline()
-	if !retriable || (st != txnclient.StateInTransaction && st != txnclient.StateCommitting) ||
+	if !retriable || (st != txn.StateInTransaction && st != txn.StateCommitting) ||
 		(!deadline.IsZero() && time.Now().After(deadline)) {
 		if retriable {
 			err = fmt.Errorf("gave up retrying within the transaction timeout: %w", err)

@@ -9,8 +9,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
@@ -26,7 +27,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"no in-flight":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), MaxInflightPerBroker(0)},
 	} {
 		_, err := New(opts...)
-		require.ErrorIs(t, err, txnclient.ErrUsage, name)
+		require.ErrorIs(t, err, kshare.ErrUsage, name)
 	}
 }
 
@@ -39,17 +40,17 @@ func TestProduceErrors(t *testing.T) {
 	p := newProducer(t, c, "usage-txn", BatchMaxBytes(1024))
 	ctx := testCtx(t)
 	res := p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: []byte("early")})
-	require.ErrorIs(t, res.FirstErr(), txnclient.ErrUsage, "no transaction yet")
+	require.ErrorIs(t, res.FirstErr(), kshare.ErrUsage, "no transaction yet")
 
 	require.NoError(t, p.BeginTransaction())
-	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Value: []byte("no topic")}).FirstErr(), txnclient.ErrUsage)
-	require.ErrorIs(t, p.ProduceSync(ctx, nil).FirstErr(), txnclient.ErrUsage)
-	require.Equal(t, txnclient.StateInTransaction, p.Transactions().State())
+	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Value: []byte("no topic")}).FirstErr(), kshare.ErrUsage)
+	require.ErrorIs(t, p.ProduceSync(ctx, nil).FirstErr(), kshare.ErrUsage)
+	require.Equal(t, txn.StateInTransaction, p.txn.State())
 
 	err := p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: make([]byte, 2000)}).FirstErr()
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, kerr.MessageTooLarge)
-	require.ErrorIs(t, p.CommitTransaction(ctx), txnclient.ErrAbortable, "a failed record dooms the commit")
+	require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrAbortable, "a failed record dooms the commit")
 	require.NoError(t, p.AbortTransaction(ctx))
 
 	require.NoError(t, p.BeginTransaction())
@@ -58,8 +59,8 @@ func TestProduceErrors(t *testing.T) {
 	require.Len(t, readCommitted(t, c, "usage", 1), 1)
 
 	require.NoError(t, p.Close(ctx))
-	require.ErrorIs(t, p.BeginTransaction(), txnclient.ErrUsage, "closed")
-	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Topic: "usage"}).FirstErr(), txnclient.ErrUsage)
+	require.ErrorIs(t, p.BeginTransaction(), kshare.ErrClosed, "closed")
+	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Topic: "usage"}).FirstErr(), kshare.ErrClosed)
 }
 
 // A transaction timeout above the broker's maximum is a fatal
@@ -70,6 +71,6 @@ func TestTransactionTimeoutAboveBrokerMax(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	err = p.InitTransactions(testCtx(t))
-	require.ErrorIs(t, err, txnclient.ErrFatal)
+	require.ErrorIs(t, err, kshare.ErrFatal)
 	require.ErrorIs(t, err, kerr.InvalidTransactionTimeout)
 }

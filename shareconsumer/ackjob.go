@@ -1,42 +1,48 @@
 package shareconsumer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/wire"
 )
 
 // AckError reports acknowledgements that the brokers did not apply, per
-// partition. Each cause is a *kerr.Error (INVALID_RECORD_STATE when a lock
-// expired first, say), a transport error or ErrLockExpired when the lock
-// was lost before the acknowledgement could be sent. errors.Is and
-// errors.As reach every cause.
+// partition (Explicit and Implicit modes). It matches kshare.ErrAbortable:
+// the records of those partitions come back to the group, so treat them
+// as not processed. Each cause is a *kerr.Error (INVALID_RECORD_STATE when
+// a lock expired first, say), a transport error, or ErrLockExpired when
+// the lock was lost before the acknowledgement could be sent; errors.Is
+// and errors.As reach every cause.
 type AckError struct {
 	// Failed holds the cause of each partition's failure.
-	Failed map[wire.TopicPartition]error
+	Failed map[kshare.TopicPartition]error
 }
 
 // Error lists the failed partitions and their causes.
 func (e *AckError) Error() string {
-	tps := make([]wire.TopicPartition, 0, len(e.Failed))
+	tps := make([]kshare.TopicPartition, 0, len(e.Failed))
 	for tp := range e.Failed {
 		tps = append(tps, tp)
 	}
-	wire.SortTopicPartitions(tps)
+	sortTopicPartitions(tps)
 	var b strings.Builder
-	fmt.Fprintf(&b, "share acknowledgements failed in %d partitions:", len(tps))
+	fmt.Fprintf(&b, "kshare: share acknowledgements failed in %d partitions:", len(tps))
 	for _, tp := range tps {
 		fmt.Fprintf(&b, " %s/%d: %v;", tp.Topic, tp.Partition, e.Failed[tp])
 	}
 	return strings.TrimSuffix(b.String(), ";")
 }
 
-// Unwrap returns every partition's cause.
+// Unwrap returns kshare.ErrAbortable and every partition's cause.
 func (e *AckError) Unwrap() []error {
-	out := make([]error, 0, len(e.Failed))
+	out := make([]error, 0, len(e.Failed)+1)
+	out = append(out, kshare.ErrAbortable)
 	for _, err := range e.Failed {
 		out = append(out, err)
 	}
@@ -48,7 +54,7 @@ func (e *AckError) Unwrap() []error {
 type ackOp struct {
 	mu        sync.Mutex
 	remaining int
-	failed    map[wire.TopicPartition]error
+	failed    map[kshare.TopicPartition]error
 	done      chan struct{}
 	onDone    func(error)
 }
@@ -68,11 +74,11 @@ func (o *ackOp) result() error {
 }
 
 // finishJob records one job's outcome; the last one completes the op.
-func (o *ackOp) finishJob(failed map[wire.TopicPartition]error) {
+func (o *ackOp) finishJob(failed map[kshare.TopicPartition]error) {
 	o.mu.Lock()
 	for tp, err := range failed {
 		if o.failed == nil {
-			o.failed = make(map[wire.TopicPartition]error)
+			o.failed = make(map[kshare.TopicPartition]error)
 		}
 		o.failed[tp] = err
 	}
@@ -100,7 +106,7 @@ type jobPart struct {
 // ackJob is a set of acknowledgements queued on one session. op, if set,
 // learns the outcome.
 type ackJob struct {
-	parts map[wire.TopicPartition]*jobPart
+	parts map[kshare.TopicPartition]*jobPart
 	op    *ackOp
 	// quiet jobs release records after an aborted transaction: they
 	// may find records the abort already made available, which is
@@ -109,15 +115,15 @@ type ackJob struct {
 	// record to this consumer must not be released.
 	quiet bool
 	// failed collects per-partition errors until the job finishes.
-	failed map[wire.TopicPartition]error
+	failed map[kshare.TopicPartition]error
 }
 
-func (j *ackJob) add(tp wire.TopicPartition, id [16]byte, batches []wire.AcknowledgementBatch) {
+func (j *ackJob) add(tp kshare.TopicPartition, id [16]byte, batches []wire.AcknowledgementBatch) {
 	if len(batches) == 0 {
 		return
 	}
 	if j.parts == nil {
-		j.parts = make(map[wire.TopicPartition]*jobPart)
+		j.parts = make(map[kshare.TopicPartition]*jobPart)
 	}
 	p := j.parts[tp]
 	if p == nil {
@@ -127,12 +133,12 @@ func (j *ackJob) add(tp wire.TopicPartition, id [16]byte, batches []wire.Acknowl
 	p.batches = append(p.batches, batches...)
 }
 
-func (j *ackJob) fail(tp wire.TopicPartition, err error) {
+func (j *ackJob) fail(tp kshare.TopicPartition, err error) {
 	if _, ok := j.parts[tp]; !ok || err == nil {
 		return
 	}
 	if j.failed == nil {
-		j.failed = make(map[wire.TopicPartition]error)
+		j.failed = make(map[kshare.TopicPartition]error)
 	}
 	j.failed[tp] = err
 }
@@ -176,3 +182,13 @@ func (s *jobSet) add(a *acquisition, batches []wire.AcknowledgementBatch) {
 
 // errNoResponse is a partition that the broker left out of its answer.
 var errNoResponse = errors.New("partition missing from the broker's response")
+
+// sortTopicPartitions sorts tps by topic name, then partition.
+func sortTopicPartitions(tps []kshare.TopicPartition) {
+	slices.SortFunc(tps, func(a, b kshare.TopicPartition) int {
+		if c := cmp.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Partition, b.Partition)
+	})
+}

@@ -10,23 +10,30 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
-// Ack marks r, a record returned by Poll, with t (AckAccept, AckRelease or
-// AckReject), in Explicit mode. The mark is sent by Commit, CommitAsync,
-// the next Poll or Close; marking a record again before that replaces the
-// mark. It fails with ErrWrongMode outside Explicit mode, ErrInvalidAckType
-// for another type, ErrNotHeld for a record the consumer does not hold, and
-// ErrLockExpired when the record's lock is gone (the broker will deliver it
-// again; do not treat it as processed).
-func (c *Consumer) Ack(r *kgo.Record, t wire.AckType) error {
-	if c.cfg.mode != Explicit {
-		return fmt.Errorf("Ack in %s mode: %w", c.cfg.mode, ErrWrongMode)
+// Ack marks r, a record returned by Poll, with t (kshare.AckAccept,
+// AckRelease or AckReject), in Explicit mode. The mark is sent by Commit,
+// CommitAsync, the next Poll or Close; marking a record again before that
+// replaces the mark. It fails with kshare.ErrUsage outside Explicit mode
+// or for another type, ErrNotHeld (kshare.ErrUsage) for a record the
+// consumer does not hold, ErrLockExpired (kshare.ErrAbortable) when the
+// record's lock is gone (the broker will deliver it again; do not treat
+// it as processed), and kshare.ErrClosed after Close.
+func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
+	const op = "ack"
+	if !c.made() {
+		return errNotMade(op)
 	}
-	if t != wire.AckAccept && t != wire.AckRelease && t != wire.AckReject {
-		return fmt.Errorf("Ack with %s: %w", t, ErrInvalidAckType)
+	if c.cfg.mode != Explicit {
+		return errWrongMode(op, c.cfg.mode)
+	}
+	if t != kshare.AckAccept && t != kshare.AckRelease && t != kshare.AckReject {
+		return errs.Usage(op, fmt.Errorf("acknowledgement type %s: only ACCEPT, RELEASE and REJECT", t))
 	}
 	if r == nil {
 		return fmt.Errorf("Ack of a nil record: %w", ErrNotHeld)
@@ -34,9 +41,9 @@ func (c *Consumer) Ack(r *kgo.Record, t wire.AckType) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
-		return ErrClosed
+		return errClosed(op)
 	}
-	a, idx, ok := c.held.find(wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
 	if !ok {
 		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
 	}
@@ -51,7 +58,7 @@ func (c *Consumer) Ack(r *kgo.Record, t wire.AckType) error {
 		return fmt.Errorf("%s/%d offset %d was not returned by Poll: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
 	}
 	a.states[idx] = stDecided
-	a.decisions[idx] = t
+	a.decisions[idx] = wire.AckType(t)
 	c.decided[a] = struct{}{}
 	return nil
 }
@@ -76,24 +83,27 @@ func (c *Consumer) sendDecidedLocked(op *ackOp) bool {
 }
 
 // Commit sends every mark made by Ack and waits for the brokers' answers,
-// within ctx. It returns nil when every partition applied them, an
-// *AckError naming the partitions that did not (a mark whose lock expired
-// is not sent and not reported: the record is delivered again), ctx's error
-// if ctx ends first (the marks are still sent), ErrWrongMode outside
-// Explicit mode, or ErrClosed.
+// within ctx. It returns nil when every partition applied them; an
+// *AckError (kshare.ErrAbortable) naming the partitions that did not,
+// whose records come back to the group (a mark whose lock expired is not
+// sent and not reported: the record is delivered again); a
+// kshare.ErrAbortable error wrapping ctx's if ctx ends first (the marks
+// are still sent; those that do not take effect come back); and
+// kshare.ErrUsage outside Explicit mode or kshare.ErrClosed after Close.
 func (c *Consumer) Commit(ctx context.Context) error {
+	const op = "commit acknowledgements"
 	if ctx == nil {
-		return errNilContext
+		return errNilContext(op)
 	}
-	op, err := c.commit(nil)
-	if err != nil || op == nil {
+	o, err := c.commit(op, nil)
+	if err != nil || o == nil {
 		return err
 	}
 	select {
-	case <-op.done:
-		return op.result()
+	case <-o.done:
+		return o.result()
 	case <-ctx.Done():
-		return ctx.Err()
+		return errs.Abortable(op, fmt.Errorf("waiting for the brokers' answers: %w", ctx.Err()))
 	}
 }
 
@@ -102,26 +112,29 @@ func (c *Consumer) Commit(ctx context.Context) error {
 // (or on the caller's, when there is nothing to send or the call fails) and
 // must not block.
 func (c *Consumer) CommitAsync(onDone func(error)) {
-	op, err := c.commit(onDone)
-	if onDone != nil && (err != nil || op == nil) {
+	o, err := c.commit("commit acknowledgements", onDone)
+	if onDone != nil && (err != nil || o == nil) {
 		onDone(err)
 	}
 }
 
-func (c *Consumer) commit(onDone func(error)) (*ackOp, error) {
+func (c *Consumer) commit(op string, onDone func(error)) (*ackOp, error) {
+	if !c.made() {
+		return nil, errNotMade(op)
+	}
 	if c.cfg.mode != Explicit {
-		return nil, fmt.Errorf("Commit in %s mode: %w", c.cfg.mode, ErrWrongMode)
+		return nil, errWrongMode(op, c.cfg.mode)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
-		return nil, ErrClosed
+		return nil, errClosed(op)
 	}
-	op := newAckOp(onDone)
-	if !c.sendDecidedLocked(op) {
+	o := newAckOp(onDone)
+	if !c.sendDecidedLocked(o) {
 		return nil, nil
 	}
-	return op, nil
+	return o, nil
 }
 
 // doAck sends a ShareAcknowledge (acknowledgements, renewals, or the final
@@ -172,12 +185,12 @@ func (s *session) doAck(st step) {
 		s.epoch = nextEpoch(st.ack.ShareSessionEpoch)
 		s.bo.Reset()
 	}
-	failed := make(map[wire.TopicPartition]error)
-	answered := make(map[wire.TopicPartition]bool)
+	failed := make(map[kshare.TopicPartition]error)
+	answered := make(map[kshare.TopicPartition]bool)
 	for _, t := range ar.Topics {
 		name := c.topicNames[t.TopicID]
 		for _, p := range t.Partitions {
-			tp := wire.TopicPartition{Topic: name, Partition: p.Partition}
+			tp := kshare.TopicPartition{Topic: name, Partition: p.Partition}
 			answered[tp] = true
 			if p.ErrorCode == 0 {
 				continue
@@ -195,7 +208,7 @@ func (s *session) doAck(st step) {
 	for _, req := range st.ack.Topics {
 		name := c.topicNames[req.TopicID]
 		for _, p := range req.Partitions {
-			tp := wire.TopicPartition{Topic: name, Partition: p.Partition}
+			tp := kshare.TopicPartition{Topic: name, Partition: p.Partition}
 			if !answered[tp] {
 				failed[tp] = errNoResponse
 			}

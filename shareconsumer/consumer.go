@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -19,7 +22,9 @@ import (
 // the share group with ShareGroupHeartbeat, keeps one share session per
 // partition leader, fetches with ShareFetch and acknowledges according to
 // its AckMode. Poll, Ack, Commit, Acks and the lookups may be called from
-// several goroutines; only one Poll runs at a time.
+// several goroutines; only one Poll runs at a time. Create it with New; a
+// Consumer that New did not create answers every call with
+// kshare.ErrUsage.
 type Consumer struct {
 	cfg      config
 	cl       *kgo.Client
@@ -44,20 +49,22 @@ type Consumer struct {
 	mu           sync.Mutex
 	closing      bool
 	epoch        int32
-	assigned     map[wire.TopicPartition]struct{}
+	assigned     map[kshare.TopicPartition]struct{}
 	unresolved   map[[16]byte][]int32
 	topicIDs     map[string][16]byte
 	topicNames   map[[16]byte]string
-	leaders      map[wire.TopicPartition]int32
+	leaders      map[kshare.TopicPartition]int32
 	sessions     map[int32]*session
 	sessOrder    []*session
 	pollStart    int
 	held         heldSet
 	lastPoll     []*acquisition // Implicit: acquisitions the last Poll delivered from
 	decided      map[*acquisition]struct{}
-	errs         []error
+	errs         []error // classified, for the next Poll
+	stuck        error   // classified, for every Poll: the consumer cannot go on
 	renewWarned  bool
 	renewMissing map[int32]bool // nodes known to lack ShareAcknowledge v2
+	missing      map[string]*missingTopic
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
@@ -65,24 +72,25 @@ type Consumer struct {
 // fails on missing or invalid options or when the kgo client cannot be
 // created; it does not wait for the cluster.
 func New(opts ...Opt) (*Consumer, error) {
+	const op = "new share consumer"
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("shareconsumer: nil option")
+			return nil, errs.Usage(op, errors.New("nil option"))
 		}
 		o.apply(&cfg)
 	}
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("shareconsumer: %w", err)
+		return nil, errs.Usage(op, err)
 	}
 	cl, err := cfg.conn.NewClient(kgo.ConnIdleTimeout(connIdleTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("shareconsumer: %w", err)
+		return nil, errs.Usage(op, err)
 	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("shareconsumer: member id: %w", err)
+		return nil, errs.Fatal(op, fmt.Errorf("member id: %w", err))
 	}
 	c := &Consumer{
 		cfg:          cfg,
@@ -93,13 +101,14 @@ func New(opts ...Opt) (*Consumer, error) {
 		hbWake:       make(chan struct{}, 1),
 		ready:        make(chan struct{}, 1),
 		closeCh:      make(chan struct{}),
-		assigned:     make(map[wire.TopicPartition]struct{}),
+		assigned:     make(map[kshare.TopicPartition]struct{}),
 		topicIDs:     make(map[string][16]byte),
 		topicNames:   make(map[[16]byte]string),
-		leaders:      make(map[wire.TopicPartition]int32),
+		leaders:      make(map[kshare.TopicPartition]int32),
 		sessions:     make(map[int32]*session),
 		decided:      make(map[*acquisition]struct{}),
 		renewMissing: make(map[int32]bool),
+		missing:      make(map[string]*missingTopic),
 	}
 	c.logger = cfg.conn.Logger.With("group", cfg.group, "member_id", c.memberID)
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
@@ -110,30 +119,56 @@ func New(opts ...Opt) (*Consumer, error) {
 
 // Client returns the underlying kgo client, for admin requests. Do not
 // close it: Close does.
-func (c *Consumer) Client() *kgo.Client { return c.cl }
+func (c *Consumer) Client() *kgo.Client {
+	if !c.made() {
+		return nil
+	}
+	return c.cl
+}
+
+// made reports whether c was created by New: a nil or zero Consumer
+// answers every call with ErrUsage (or nothing) instead of panicking.
+func (c *Consumer) made() bool { return c != nil && c.cl != nil }
+
+// errNotMade is what a call of op on a Consumer that New did not create
+// gets.
+func errNotMade(op string) error {
+	return errs.Usage(op, errors.New("the consumer was not created by shareconsumer.New"))
+}
 
 // Mode returns the acknowledgement mode.
-func (c *Consumer) Mode() AckMode { return c.cfg.mode }
+func (c *Consumer) Mode() AckMode {
+	if !c.made() {
+		return Implicit
+	}
+	return c.cfg.mode
+}
 
 // GroupMetadata identifies this member for transactional acknowledgements:
 // the group id, the member id and the current member epoch (0 until the
 // coordinator has answered the first heartbeat).
-func (c *Consumer) GroupMetadata() wire.ShareGroupMetadata {
+func (c *Consumer) GroupMetadata() kshare.ShareGroupMetadata {
+	if !c.made() {
+		return kshare.ShareGroupMetadata{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return wire.ShareGroupMetadata{GroupID: c.cfg.group, MemberID: c.memberID, MemberEpoch: c.epoch}
+	return kshare.ShareGroupMetadata{GroupID: c.cfg.group, MemberID: c.memberID, MemberEpoch: c.epoch}
 }
 
 // Assigned returns the partitions the coordinator assigned to this member
 // and that the consumer could map to topic names, sorted.
-func (c *Consumer) Assigned() []wire.TopicPartition {
+func (c *Consumer) Assigned() []kshare.TopicPartition {
+	if !c.made() {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]wire.TopicPartition, 0, len(c.assigned))
+	out := make([]kshare.TopicPartition, 0, len(c.assigned))
 	for tp := range c.assigned {
 		out = append(out, tp)
 	}
-	wire.SortTopicPartitions(out)
+	sortTopicPartitions(out)
 	return out
 }
 
@@ -143,9 +178,12 @@ func (c *Consumer) Assigned() []wire.TopicPartition {
 // identifies r by topic, partition and offset, so after a redelivery to
 // this consumer it describes the latest delivery that Poll returned.
 func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
+	if !c.made() || r == nil {
+		return 0, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, idx, ok := c.held.find(wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
 	if !ok || a.states[idx] == stBuffered {
 		return 0, false
 	}
@@ -157,9 +195,12 @@ func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
 // sent (so it errs early), moved forward by renewals. The second result is
 // false if the consumer does not hold r.
 func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
+	if !c.made() || r == nil {
+		return time.Time{}, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, idx, ok := c.held.find(wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
 	if !ok || a.states[idx] == stBuffered {
 		return time.Time{}, false
 	}
@@ -173,21 +214,41 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 // Ack marked since the last send. Those acknowledgements travel with the
 // next ShareFetch of each leader.
 //
-// Poll returns either records or an error: ctx's error (fetched records
-// stay buffered for the next Poll), ErrClosed, or an error the consumer
-// met in the background and cannot fix by itself (authorization, an
-// unknown topic); the consumer keeps running after the latter. A nil ctx
-// is an error.
+// Poll returns either records or an error:
+//
+//   - kshare.ErrAbortable wrapping ctx's error when ctx ends first;
+//     fetched records stay buffered for the next Poll. It also reports
+//     background errors that should pass (a broker error the consumer
+//     retries), once each.
+//   - kshare.ErrUsage when a subscribed topic does not exist: metadata
+//     said so for UnknownTopicTimeout. The consumer keeps looking, so a
+//     topic created later is read; the error is reported once each time
+//     the topic goes missing.
+//   - kshare.ErrFatal for what the consumer cannot fix by itself
+//     (authorization, a group config the cluster refused: see
+//     SetGroupConfig), kshare.ErrUnsupported when the cluster does not
+//     serve share groups; such an error is returned by every Poll from
+//     then on, and the consumer should be closed.
+//   - kshare.ErrClosed after Close, kshare.ErrUsage for a nil ctx.
 func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
+	const op = "poll"
+	if !c.made() {
+		return nil, errNotMade(op)
+	}
 	if ctx == nil {
-		return nil, errNilContext
+		return nil, errNilContext(op)
 	}
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errClosed(op)
+	}
+	if c.stuck != nil {
+		err := c.stuck
+		c.mu.Unlock()
+		return nil, err
 	}
 	switch c.cfg.mode {
 	case Implicit:
@@ -201,8 +262,13 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 			c.mu.Unlock()
 			return recs, nil
 		}
+		if c.stuck != nil {
+			err := c.stuck
+			c.mu.Unlock()
+			return nil, err
+		}
 		if len(c.errs) > 0 {
-			err := errors.Join(c.errs...)
+			err := joinClassified(op, c.errs)
 			c.errs = nil
 			c.mu.Unlock()
 			return nil, err
@@ -210,15 +276,15 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, errs.Abortable(op, ctx.Err())
 		case <-c.closeCh:
-			return nil, ErrClosed
+			return nil, errClosed(op)
 		case <-c.ready:
 		}
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
-			return nil, ErrClosed
+			return nil, errClosed(op)
 		}
 	}
 }
@@ -304,13 +370,70 @@ func (c *Consumer) signalReady() {
 	}
 }
 
-// queueErrLocked keeps an error for the next Poll.
+// queueErrLocked keeps an error met in the background for Poll,
+// classified as backgroundClass says: for the next Poll, or for every Poll
+// from now on when the consumer cannot go on (ErrFatal, ErrUnsupported).
 func (c *Consumer) queueErrLocked(err error) {
 	const maxQueued = 16
+	class := backgroundClass(err)
+	cerr := errs.New(class, "poll", err)
+	if class == kshare.ErrFatal || class == kshare.ErrUnsupported {
+		c.stickLocked(cerr)
+		return
+	}
 	if len(c.errs) < maxQueued {
-		c.errs = append(c.errs, err)
+		c.errs = append(c.errs, cerr)
 	}
 	c.signalReady()
+}
+
+// stickLocked makes err, classified, the answer of every Poll from now on:
+// the consumer cannot go on (the cluster lacks share groups, refused the
+// group configs, or refuses this client).
+func (c *Consumer) stickLocked(err error) {
+	if c.stuck == nil {
+		c.stuck = err
+		c.logger.Error("share consumer cannot go on; Poll reports it", "err", err)
+	}
+	c.signalReady()
+}
+
+// backgroundClass classifies an error the consumer met in the background:
+// an authorization failure or anything the consumer does not know is
+// fatal, a broker that lacks a version is unsupported, a missing topic is
+// the application's to fix, and a retriable error passes.
+func backgroundClass(err error) error {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return kshare.ErrFatal
+	}
+	switch ke.Code {
+	case kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code, kerr.InvalidTopicException.Code:
+		return kshare.ErrUsage
+	case kerr.UnsupportedVersion.Code:
+		return kshare.ErrUnsupported
+	}
+	if ke.Retriable {
+		return kshare.ErrAbortable
+	}
+	return kshare.ErrFatal
+}
+
+// joinClassified returns the queued errors as one: the error itself when
+// there is one, else joined under the gravest of their classes.
+func joinClassified(op string, queued []error) error {
+	if len(queued) == 1 {
+		return queued[0]
+	}
+	class := kshare.ErrAbortable
+	for _, c := range []error{kshare.ErrUsage, kshare.ErrUnsupported, kshare.ErrFatal} {
+		for _, err := range queued {
+			if errors.Is(err, c) {
+				class = c
+			}
+		}
+	}
+	return errs.New(class, op, errors.Join(queued...))
 }
 
 // Close leaves the group cleanly, within ctx: in Implicit mode it accepts
@@ -323,14 +446,22 @@ func (c *Consumer) queueErrLocked(err error) {
 // transaction whose acknowledgements have not reached the leaders fails at
 // commit (the member is gone, ErrAbortable) and its records go to the next
 // member, and one whose acknowledgements are TX_PENDING ends as its
-// producer decides. From the moment Close begins, staging fails with
-// ErrClosed, and Resolve only forgets. Then it closes each share session,
+// producer decides. From the moment Close begins, every call fails with
+// kshare.ErrClosed (staging too), and a transaction's outcome only makes
+// the consumer forget its records. Then it closes each share session,
 // leaves the group and closes the kgo client; if ctx ends first, it stops
-// waiting for the final acknowledgements and says so. It returns the
-// acknowledgements that failed (*AckError) or the leave error; the
-// consumer is closed either way, with every goroutine ended. Calling Close
-// again returns nil. A nil ctx is taken as context.Background().
+// waiting for the final acknowledgements and says so.
+//
+// It returns nil, or a kshare.ErrAbortable error saying what did not take
+// effect (acknowledgements the brokers did not apply, as an *AckError; or
+// the leave): those records come back to the group when their locks or
+// the member's session run out. The consumer is closed either way, with
+// every goroutine ended. Calling Close again returns nil. A nil ctx is
+// taken as context.Background().
 func (c *Consumer) Close(ctx context.Context) error {
+	if !c.made() {
+		return errNotMade("close")
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -339,8 +470,8 @@ func (c *Consumer) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
-	op := newAckOp(nil)
-	js := jobSet{op: op}
+	o := newAckOp(nil)
+	js := jobSet{op: o}
 	now := time.Now()
 	if c.cfg.mode == Implicit {
 		for _, a := range c.lastPoll {
@@ -380,7 +511,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if len(js.jobs) == 0 {
-		op.complete()
+		o.complete()
 	}
 
 	sessDone := make(chan struct{})
@@ -396,20 +527,23 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	c.hbCancel()
 	<-c.hbDone
-	var errs []error
+	var failed []error
 	select {
-	case <-op.done:
-		if err := op.result(); err != nil {
-			errs = append(errs, err)
+	case <-o.done:
+		if err := o.result(); err != nil {
+			failed = append(failed, err)
 		}
 	default:
-		errs = append(errs, fmt.Errorf("final acknowledgements not confirmed: %w", context.Cause(ctx)))
+		failed = append(failed, fmt.Errorf("final acknowledgements not confirmed: %w", context.Cause(ctx)))
 	}
 	if err := c.leave(ctx); err != nil {
-		errs = append(errs, err)
+		failed = append(failed, err)
 	}
 	c.bgCancel()
 	c.cl.Close()
 	c.logger.Debug("share consumer closed")
-	return errors.Join(errs...)
+	if len(failed) == 0 {
+		return nil
+	}
+	return errs.Abortable("close", errors.Join(failed...))
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: the
@@ -119,13 +119,13 @@ func TestExplicitAcceptReleaseReject(t *testing.T) {
 	released := make(map[string]bool)
 	poll(e.ctx, t, c, 20, func(r *kgo.Record) {
 		i, _ := strconv.Atoi(string(r.Value))
-		typ := wire.AckAccept
+		typ := kshare.AckAccept
 		switch i % 4 {
 		case 1:
-			typ = wire.AckRelease
+			typ = kshare.AckRelease
 			released[string(r.Value)] = true
 		case 3:
-			typ = wire.AckReject
+			typ = kshare.AckReject
 		}
 		require.NoError(t, c.Ack(r, typ))
 	})
@@ -138,7 +138,7 @@ func TestExplicitAcceptReleaseReject(t *testing.T) {
 			n, ok := c.DeliveryCount(r)
 			require.True(t, ok)
 			require.Equal(t, delivery, n, "record %q", r.Value)
-			require.NoError(t, c.Ack(r, wire.AckRelease))
+			require.NoError(t, c.Ack(r, kshare.AckRelease))
 		})
 		require.Len(t, got, len(released))
 		done := make(chan error, 1)
@@ -168,7 +168,7 @@ func TestExplicitLockExpiryRedelivers(t *testing.T) {
 	again := poll(e.ctx, t, c, 5, func(r *kgo.Record) {
 		n, _ := c.DeliveryCount(r)
 		require.EqualValues(t, 2, n, "record %q", r.Value)
-		require.NoError(t, c.Ack(r, wire.AckAccept))
+		require.NoError(t, c.Ack(r, kshare.AckAccept))
 	})
 	require.Len(t, again, 5)
 	require.NoError(t, c.Commit(e.ctx))
@@ -186,10 +186,10 @@ func TestExplicitCloseReleasesUnacked(t *testing.T) {
 	c1 := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Explicit))
 	recs := pollRecords(e.ctx, t, c1, 10)
 	for _, r := range recs[:3] {
-		require.NoError(t, c1.Ack(r, wire.AckAccept))
+		require.NoError(t, c1.Ack(r, kshare.AckAccept))
 	}
 	require.NoError(t, c1.Close(e.ctx))
-	require.ErrorIs(t, c1.Ack(recs[4], wire.AckAccept), shareconsumer.ErrClosed)
+	require.ErrorIs(t, c1.Ack(recs[4], kshare.AckAccept), kshare.ErrClosed)
 
 	c2 := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Explicit))
 	got := poll(e.ctx, t, c2, 7, func(r *kgo.Record) {
@@ -221,20 +221,20 @@ func TestMisuseErrors(t *testing.T) {
 	e.produce(topic, 1, "x")
 	implicit := e.consumer(group, topic)
 	recs := pollRecords(e.ctx, t, implicit, 1)
-	require.ErrorIs(t, implicit.Ack(recs[0], wire.AckAccept), shareconsumer.ErrWrongMode)
-	require.ErrorIs(t, implicit.Commit(e.ctx), shareconsumer.ErrWrongMode)
-	acks := implicit.Acks(recs, wire.AckAccept)
-	require.ErrorIs(t, acks.Tracker.Stage(acks), shareconsumer.ErrWrongMode)
+	require.ErrorIs(t, implicit.Ack(recs[0], kshare.AckAccept), kshare.ErrUsage)
+	require.ErrorIs(t, implicit.Commit(e.ctx), kshare.ErrUsage)
+	acks := implicit.Acks(recs, kshare.AckAccept)
+	require.ErrorIs(t, shareconsumer.Stage(acks, implicit.GroupMetadata()), kshare.ErrUsage)
 
 	explicit := e.consumer("other", topic, shareconsumer.Mode(shareconsumer.Explicit))
-	require.ErrorIs(t, explicit.Ack(recs[0], wire.AckRenew), shareconsumer.ErrInvalidAckType)
-	require.ErrorIs(t, explicit.Ack(recs[0], wire.AckAccept), shareconsumer.ErrNotHeld)
-	require.ErrorIs(t, explicit.Ack(nil, wire.AckAccept), shareconsumer.ErrNotHeld)
+	require.ErrorIs(t, explicit.Ack(recs[0], kshare.AckType(4)), kshare.ErrUsage, "RENEW is the consumer's own")
+	require.ErrorIs(t, explicit.Ack(recs[0], kshare.AckAccept), shareconsumer.ErrNotHeld)
+	require.ErrorIs(t, explicit.Ack(nil, kshare.AckAccept), shareconsumer.ErrNotHeld)
 	require.NoError(t, explicit.Commit(e.ctx), "nothing to commit")
 
 	require.NoError(t, implicit.Close(e.ctx))
 	_, err = implicit.Poll(e.ctx)
-	require.ErrorIs(t, err, shareconsumer.ErrClosed)
+	require.ErrorIs(t, err, kshare.ErrClosed)
 	require.NoError(t, implicit.Close(e.ctx), "second Close")
 }
 
@@ -259,7 +259,7 @@ func TestFencedMemberRejoins(t *testing.T) {
 		require.EqualValues(t, 2, n)
 	})
 	require.Len(t, again, 4)
-	err := c.Ack(recs[0], wire.AckAccept)
+	err := c.Ack(recs[0], kshare.AckAccept)
 	require.True(t, err == nil || errors.Is(err, shareconsumer.ErrLockExpired) || errors.Is(err, shareconsumer.ErrNotHeld))
 	after := c.GroupMetadata()
 	require.Equal(t, before.MemberID, after.MemberID, "the member id survives rejoining")

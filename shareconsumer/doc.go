@@ -32,35 +32,57 @@
 // and Close releases them.
 //
 // Transactional: the consumer never acknowledges a record by itself. The
-// application turns polled records into a *wire.ShareAcks with Acks and
+// application turns polled records into a *kshare.ShareAcks with Acks and
 // hands it to a transaction (producer.SendShareAcksToTransaction, or the
-// acknowledger package). The ShareAcks' Tracker is the consumer, which
-// thereby learns:
+// acknowledger package). The consumer follows the acknowledgements it
+// built, and thereby learns:
 //
-//   - Stage: the records join a transaction. The consumer refuses (with
-//     ErrLockExpired, which the producer reports as abortable) a record
-//     whose acquisition lock has passed or was lost, and from then on
-//     renews the records' locks (ShareAcknowledge RENEW, KIP-1222) when
-//     less than half of the lock duration is left, until the transaction
-//     ends. A transaction (or an acknowledger checkpoint) may thus stay
-//     open longer than the lock duration without the records being
-//     delivered to anyone else. Brokers without ShareAcknowledge v2 cannot
-//     renew; the consumer logs it once and the records keep their first
-//     lock.
-//   - Resolve(committed): the transaction ended. Committed records are
-//     forgotten. After an abort the broker makes every record whose
-//     acknowledgement reached it available again; records whose
-//     acknowledgement never left the client (the producer sends them at
-//     commit, so an abort before commit leaves them all locked) are
-//     released by the consumer (ShareAcknowledge RELEASE), so the group
-//     gets them again at once. That release is the only acknowledgement a
-//     Transactional consumer ever sends, besides GAP for offsets without a
-//     record and RENEW.
+//   - that the records join a transaction: it refuses (with
+//     ErrLockExpired, which the producer reports as kshare.ErrAbortable) a
+//     record whose acquisition lock has passed or was lost, and (with
+//     kshare.ErrUsage) records it does not hold, another member's metadata
+//     or a call outside Transactional mode; from then on it renews the
+//     records' locks (ShareAcknowledge RENEW, KIP-1222) when less than half
+//     of the lock duration is left, until the transaction ends. A
+//     transaction (or an acknowledger checkpoint) may thus stay open longer
+//     than the lock duration without the records being delivered to anyone
+//     else. Brokers without ShareAcknowledge v2 cannot renew; the consumer
+//     logs it once and the records keep their first lock.
+//   - how the transaction ended. Committed records are forgotten. After an
+//     abort the broker makes every record whose acknowledgement reached it
+//     available again; records whose acknowledgement never left the client
+//     (the producer sends them at commit, so an abort before commit leaves
+//     them all locked) are released by the consumer (ShareAcknowledge
+//     RELEASE), so the group gets them again at once. That release is how
+//     every dropped acknowledgement comes back (an aborted transaction, a
+//     failed or aborted checkpoint, an acknowledger that closes), and the
+//     only acknowledgement a Transactional consumer ever sends, besides GAP
+//     for offsets without a record and RENEW.
 //
 // Close releases the records that were never put into a transaction and
 // leaves those staged in one to their transaction; see Consumer.Close and,
 // for the lifecycle of the whole pipeline (cancellation, lost answers,
 // in-doubt commits), docs/design.md.
+//
+// # The group's configuration
+//
+// A share group starts reading a partition at its latest offset unless
+// its share.auto.offset.reset config says otherwise, so a program that
+// writes its input before its consumer joins reads nothing. SetGroupConfig
+// sets that config (and the lock duration, the delivery limit and the
+// isolation level) before the consumer first joins; AlterGroupConfig sets
+// them through any kgo client.
+//
+// # Errors
+//
+// Every error matches exactly one class of package kshare. Poll returns
+// kshare.ErrAbortable when its context ends, kshare.ErrUsage when a
+// subscribed topic does not exist (once metadata has said so for 5
+// seconds), kshare.ErrFatal or kshare.ErrUnsupported when the consumer
+// cannot go on (refused, unauthorized, a cluster without share groups),
+// and kshare.ErrClosed after Close. ErrLockExpired refines
+// kshare.ErrAbortable and ErrNotHeld kshare.ErrUsage; *AckError (acks the
+// brokers did not apply) is kshare.ErrAbortable.
 //
 // Delivery counts: every delivery raises a record's count; an aborted
 // transaction does not (the broker puts its records back as they were),

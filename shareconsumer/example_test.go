@@ -2,94 +2,93 @@ package shareconsumer_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kshare-go/kshare/producer"
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
-// A consume-transform-produce loop whose outputs and input acknowledgements
-// commit in one transaction. It needs a cluster at localhost:9092.
-func Example() {
-	ctx := context.Background()
-	c, err := shareconsumer.New(
-		shareconsumer.SeedBrokers("localhost:9092"),
-		shareconsumer.Group("orders-processor"),
-		shareconsumer.Topics("orders"),
-		shareconsumer.Mode(shareconsumer.Transactional),
-	)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close(ctx)
-	p, err := producer.New(producer.SeedBrokers("localhost:9092"), producer.TransactionalID("orders-processor-1"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer p.Close(ctx)
-	if err := p.InitTransactions(ctx); err != nil {
-		log.Fatal(err)
-	}
-	for {
-		recs, err := c.Poll(ctx)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if err := p.BeginTransaction(); err != nil {
-			log.Fatal(err)
-		}
-		for _, r := range recs {
-			p.Produce(ctx, &kgo.Record{Topic: "invoices", Key: r.Key, Value: r.Value}, nil)
-		}
-		err = p.SendShareAcksToTransaction(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
-		if err == nil {
-			err = p.CommitTransaction(ctx)
-		}
-		switch {
-		case errors.Is(err, txnclient.ErrAbortable):
-			// Outputs discarded; the inputs come back to the group.
-			if err := p.AbortTransaction(ctx); err != nil {
-				log.Fatal(err)
-			}
-		case err != nil:
-			log.Fatal(err)
-		}
-	}
-}
-
 // Explicit acknowledgement: accept what was processed, release what should
-// be retried, reject what can never be processed.
-func ExampleConsumer_Ack() {
-	ctx := context.Background()
+// be tried again (it comes back, its delivery count raised), reject what
+// can never be processed (it is archived). The group reads from the
+// earliest offset, so the records written before it joined are delivered.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := broker.NewCluster() // one node, in this process
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := cluster.Bootstrap()
+	writer, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer writer.Close()
+	if _, err := kadm.NewClient(writer).CreateTopic(ctx, 1, 1, nil, "emails"); err != nil {
+		log.Fatal(err)
+	}
+	for _, v := range []string{"ok-1", "retry-2", "bad-3"} {
+		if err := writer.ProduceSync(ctx, &kgo.Record{Topic: "emails", Value: []byte(v)}).FirstErr(); err != nil {
+			log.Fatal(err)
+		}
+	}
+
 	c, err := shareconsumer.New(
-		shareconsumer.SeedBrokers("localhost:9092"),
+		shareconsumer.SeedBrokers(seeds...),
 		shareconsumer.Group("mailer"),
 		shareconsumer.Topics("emails"),
 		shareconsumer.Mode(shareconsumer.Explicit),
+		shareconsumer.SetGroupConfig(shareconsumer.GroupConfig{AutoOffsetReset: shareconsumer.ResetEarliest}),
 	)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close(ctx)
-	recs, err := c.Poll(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, r := range recs {
-		typ := wire.AckAccept
-		if n, _ := c.DeliveryCount(r); n > 3 {
-			typ = wire.AckReject
+
+	// handle polls until n records came, marks each and commits the marks.
+	handle := func(n int) {
+		var recs []*kgo.Record
+		for len(recs) < n {
+			polled, err := c.Poll(ctx)
+			if err != nil {
+				log.Fatal(err) // kshare.ErrUsage: the topic does not exist, say
+			}
+			recs = append(recs, polled...)
 		}
-		if err := c.Ack(r, typ); err != nil {
-			log.Print(err) // ErrLockExpired: the record will come again
+		slices.SortFunc(recs, func(a, b *kgo.Record) int { return int(a.Offset - b.Offset) })
+		for _, r := range recs {
+			n, _ := c.DeliveryCount(r)
+			typ := kshare.AckAccept
+			switch {
+			case strings.HasPrefix(string(r.Value), "bad"):
+				typ = kshare.AckReject
+			case strings.HasPrefix(string(r.Value), "retry") && n == 1:
+				typ = kshare.AckRelease
+			}
+			fmt.Printf("%s delivery %d: %s\n", r.Value, n, typ)
+			if err := c.Ack(r, typ); err != nil {
+				log.Fatal(err) // shareconsumer.ErrLockExpired: the record will come again
+			}
+		}
+		if err := c.Commit(ctx); err != nil {
+			log.Fatal(err) // *shareconsumer.AckError: those records come again
 		}
 	}
-	if err := c.Commit(ctx); err != nil {
-		log.Print(err)
-	}
+	handle(3)
+	handle(1) // the released record
+	// Output:
+	// ok-1 delivery 1: ACCEPT
+	// retry-2 delivery 1: RELEASE
+	// bad-3 delivery 1: REJECT
+	// retry-2 delivery 2: ACCEPT
 }

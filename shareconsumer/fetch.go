@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -25,7 +26,7 @@ const maxAcquiredSpan = 1 << 22
 // decode decodes the record batches of every partition that acquired
 // records, without the consumer's lock: decompression is the costly part
 // of a fetch.
-func (s *session) decode(fr *kmsg.ShareFetchResponse) map[wire.TopicPartition]kgo.FetchPartition {
+func (s *session) decode(fr *kmsg.ShareFetchResponse) map[kshare.TopicPartition]kgo.FetchPartition {
 	c := s.c
 	names := make(map[[16]byte]string, len(fr.Topics))
 	c.mu.Lock()
@@ -33,7 +34,7 @@ func (s *session) decode(fr *kmsg.ShareFetchResponse) map[wire.TopicPartition]kg
 		names[t.TopicID] = c.topicNames[t.TopicID]
 	}
 	c.mu.Unlock()
-	out := make(map[wire.TopicPartition]kgo.FetchPartition)
+	out := make(map[kshare.TopicPartition]kgo.FetchPartition)
 	for ti := range fr.Topics {
 		t := &fr.Topics[ti]
 		name := names[t.TopicID]
@@ -53,7 +54,7 @@ func (s *session) decode(fr *kmsg.ShareFetchResponse) map[wire.TopicPartition]kg
 				RecordBatches:    rp.Records,
 			}
 			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Topic: name, Partition: rp.Partition}, &fake, c.decomp, nil)
-			out[wire.TopicPartition{Topic: name, Partition: rp.Partition}] = fp
+			out[kshare.TopicPartition{Topic: name, Partition: rp.Partition}] = fp
 		}
 	}
 	return out
@@ -65,20 +66,20 @@ func (s *session) decode(fr *kmsg.ShareFetchResponse) map[wire.TopicPartition]kg
 // buffered fetch, offsets without a record are acknowledged GAP, and the
 // carried acknowledgements get their per-partition results (the caller
 // finishes the jobs once the lock is released).
-func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded map[wire.TopicPartition]kgo.FetchPartition, now time.Time) {
+func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded map[kshare.TopicPartition]kgo.FetchPartition, now time.Time) {
 	c := s.c
 	s.bo.Reset()
 	s.epoch = nextEpoch(st.fetch.ShareSessionEpoch)
 	for _, t := range st.fetch.Topics {
 		name := c.topicNames[t.TopicID]
 		for _, p := range t.Partitions {
-			s.inSession[wire.TopicPartition{Topic: name, Partition: p.Partition}] = struct{}{}
+			s.inSession[kshare.TopicPartition{Topic: name, Partition: p.Partition}] = struct{}{}
 		}
 	}
 	for _, t := range st.fetch.ForgottenTopicsData {
 		name := c.topicNames[t.TopicID]
 		for _, p := range t.Partitions {
-			delete(s.inSession, wire.TopicPartition{Topic: name, Partition: p})
+			delete(s.inSession, kshare.TopicPartition{Topic: name, Partition: p})
 		}
 	}
 	if fr.AcquisitionLockTimeoutMillis > 0 {
@@ -88,7 +89,7 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 	}
 	deadline := st.sentAt.Add(s.lockDur)
 
-	answered := make(map[wire.TopicPartition]int16)
+	answered := make(map[kshare.TopicPartition]int16)
 	res := &fetchResult{}
 	gaps := &ackJob{}
 	for ti := range fr.Topics {
@@ -100,7 +101,7 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 		}
 		for pi := range t.Partitions {
 			rp := &t.Partitions[pi]
-			tp := wire.TopicPartition{Topic: name, Partition: rp.Partition}
+			tp := kshare.TopicPartition{Topic: name, Partition: rp.Partition}
 			answered[tp] = rp.AcknowledgeErrorCode
 			if rp.ErrorCode != 0 {
 				s.partitionErrorLocked(tp, "ShareFetch", rp.ErrorCode, rp.ErrorMessage, now)
@@ -138,7 +139,7 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 // dropped; acquired offsets without a record (control records, compacted
 // gaps) are acknowledged GAP at once, or RELEASE when a batch failed to
 // decode so that the broker delivers it again.
-func (s *session) acquireLocked(tp wire.TopicPartition, id [16]byte, rp *kmsg.ShareFetchResponseTopicPartition, fp kgo.FetchPartition, deadline time.Time, res *fetchResult, gaps *ackJob) {
+func (s *session) acquireLocked(tp kshare.TopicPartition, id [16]byte, rp *kmsg.ShareFetchResponseTopicPartition, fp kgo.FetchPartition, deadline time.Time, res *fetchResult, gaps *ackJob) {
 	c := s.c
 	ranges := append([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord(nil), rp.AcquiredRecords...)
 	sort.Slice(ranges, func(i, j int) bool { return ranges[i].FirstOffset < ranges[j].FirstOffset })
@@ -208,7 +209,7 @@ func (s *session) acquireLocked(tp wire.TopicPartition, id [16]byte, rp *kmsg.Sh
 // ShareAcknowledge. Leadership errors mean the locks of the partition at
 // this node are gone and the leader must be looked up again; other errors
 // reach Poll.
-func (s *session) partitionErrorLocked(tp wire.TopicPartition, api string, code int16, msg *string, now time.Time) {
+func (s *session) partitionErrorLocked(tp kshare.TopicPartition, api string, code int16, msg *string, now time.Time) {
 	err := fmt.Errorf("%s %s/%d at node %d: %w%s", api, tp.Topic, tp.Partition, s.node, kerr.ErrorForCode(code), kgoclient.Detail(msg))
 	switch code {
 	case kerr.NotLeaderForPartition.Code, kerr.FencedLeaderEpoch.Code, kerr.UnknownTopicOrPartition.Code,

@@ -7,12 +7,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/kgoclient"
-	"github.com/kshare-go/kshare/wire"
+	"github.com/kshare-go/kshare/internal/retry"
 )
 
 // Group membership epochs: 0 joins, -1 leaves.
@@ -20,24 +21,6 @@ const (
 	joinEpoch  int32 = 0
 	leaveEpoch int32 = -1
 )
-
-// Bounds of every retry loop of the consumer: jittered exponential
-// backoff, like the rest of kshare.
-const (
-	retryInitial = 50 * time.Millisecond
-	retryMax     = 2 * time.Second
-	retryJitter  = 0.5
-)
-
-func newBackoff() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(retryInitial),
-		backoff.WithMaxInterval(retryMax),
-		backoff.WithRandomizationFactor(retryJitter),
-		backoff.WithMultiplier(2),
-		backoff.WithMaxElapsedTime(0),
-	)
-}
 
 // minHeartbeatInterval guards against a broker announcing a tiny interval.
 const minHeartbeatInterval = 100 * time.Millisecond
@@ -47,14 +30,25 @@ const minHeartbeatInterval = 100 * time.Millisecond
 // rejoins with epoch 0 after being fenced, and retries errors with backoff.
 func (c *Consumer) heartbeatLoop() {
 	defer close(c.hbDone)
-	bo := newBackoff()
+	if !c.applyGroupConfig() {
+		return
+	}
+	bo := retry.NewBackoff()
 	subscribed := false // the coordinator has our subscription
+	probed := false     // the cluster was asked whether it serves share groups
 	for {
 		wait, err := c.heartbeat(c.hbCtx, &subscribed)
 		if c.hbCtx.Err() != nil {
 			return
 		}
 		if err != nil {
+			var ke *kerr.Error
+			if !probed && !errors.As(err, &ke) {
+				probed = true
+				if !c.servesShareGroups() {
+					return
+				}
+			}
 			subscribed = false
 			wait = bo.NextBackOff()
 			c.logger.Debug("share group heartbeat failed; retrying", "err", err, "backoff", wait)
@@ -129,7 +123,7 @@ func (c *Consumer) heartbeat(ctx context.Context, subscribed *bool) (time.Durati
 			newAssignment[t.TopicID] = append(newAssignment[t.TopicID], t.Partitions...)
 		}
 	}
-	needMeta := newAssignment != nil || len(c.unresolved) > 0 || c.leaderlessLocked()
+	needMeta := newAssignment != nil || len(c.unresolved) > 0 || c.leaderlessLocked() || c.missingTopicLocked()
 	c.mu.Unlock()
 	if !needMeta {
 		return interval, nil
@@ -159,7 +153,7 @@ func (c *Consumer) resolveAssignmentLocked(fresh bool) {
 			continue
 		}
 		for _, p := range parts {
-			c.assigned[wire.TopicPartition{Topic: name, Partition: p}] = struct{}{}
+			c.assigned[kshare.TopicPartition{Topic: name, Partition: p}] = struct{}{}
 		}
 		delete(c.unresolved, id)
 	}
@@ -239,25 +233,68 @@ func (c *Consumer) refreshMetadata(ctx context.Context, cached bool) error {
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
 	}
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var errs []error
+	var failed []error
 	for _, t := range resp.Topics {
 		if t.Topic == nil {
 			continue
 		}
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			errs = append(errs, fmt.Errorf("metadata of topic %q: %w", *t.Topic, err))
+			err = fmt.Errorf("metadata of topic %q: %w", *t.Topic, err)
+			failed = append(failed, err)
+			if t.ErrorCode == kerr.UnknownTopicOrPartition.Code {
+				c.topicMissingLocked(*t.Topic, err, now)
+			}
 			continue
 		}
+		delete(c.missing, *t.Topic)
 		c.topicIDs[*t.Topic] = t.TopicID
 		c.topicNames[t.TopicID] = *t.Topic
 		for _, p := range t.Partitions {
-			c.leaders[wire.TopicPartition{Topic: *t.Topic, Partition: p.Partition}] = p.Leader
+			c.leaders[kshare.TopicPartition{Topic: *t.Topic, Partition: p.Partition}] = p.Leader
 		}
 	}
 	c.routeLocked()
-	return errors.Join(errs...)
+	return errors.Join(failed...)
+}
+
+// unknownTopicTimeout is how long metadata must say that a subscribed
+// topic does not exist before Poll reports it: long enough for a topic
+// being created to show up everywhere, short enough that a misspelt name
+// does not look like an idle topic.
+var unknownTopicTimeout = 5 * time.Second
+
+// missingTopic is a subscribed topic that metadata says does not exist.
+type missingTopic struct {
+	since    time.Time // first answer that said so
+	reported bool      // Poll was told
+}
+
+// topicMissingLocked records that metadata said topic does not exist, and
+// reports it to Poll once it has said so for unknownTopicTimeout.
+func (c *Consumer) topicMissingLocked(topic string, err error, now time.Time) {
+	m, ok := c.missing[topic]
+	if !ok {
+		m = &missingTopic{since: now}
+		c.missing[topic] = m
+	}
+	if !m.reported && now.Sub(m.since) >= unknownTopicTimeout {
+		m.reported = true
+		c.queueErrLocked(fmt.Errorf("subscribed topic %q does not exist (metadata has said so for %v): %w", topic, now.Sub(m.since).Round(time.Millisecond), err))
+	}
+}
+
+// missingTopicLocked reports whether a subscribed topic has no known id:
+// metadata must be asked again until it exists.
+func (c *Consumer) missingTopicLocked() bool {
+	for _, t := range c.cfg.topics {
+		if _, ok := c.topicIDs[t]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // refreshMeta is the session's metadata step after a leadership error.
@@ -299,4 +336,30 @@ func (c *Consumer) leave(ctx context.Context) error {
 		return fmt.Errorf("leave share group: %w%s", err, kgoclient.Detail(resp.ErrorMessage))
 	}
 	return nil
+}
+
+// servesShareGroups asks the cluster, after a heartbeat failed without a
+// broker error (kgo refuses a request the broker does not advertise),
+// whether it serves ShareGroupHeartbeat at all. If it does not, every
+// Poll fails with kshare.ErrUnsupported from now on and it returns false.
+// An unanswered question counts as yes: the heartbeat loop retries.
+func (c *Consumer) servesShareGroups() bool {
+	ctx, cancel := context.WithTimeout(c.hbCtx, requestGrace)
+	defer cancel()
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName = "kshare"
+	req.ClientSoftwareVersion = "0"
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil || resp.ErrorCode != 0 {
+		return true
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == kmsg.ShareGroupHeartbeat.Int16() {
+			return true
+		}
+	}
+	c.mu.Lock()
+	c.stickLocked(errs.Unsupported("poll", errors.New("the cluster does not serve share groups (KIP-932): ShareGroupHeartbeat is not advertised")))
+	c.mu.Unlock()
+	return false
 }

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -29,7 +31,7 @@ const (
 // offsets a leader locked for this member in one go, with one delivery count
 // and one lock deadline.
 type acquisition struct {
-	tp         wire.TopicPartition
+	tp         kshare.TopicPartition
 	topicID    [16]byte
 	sess       *session
 	first      int64
@@ -86,7 +88,7 @@ func (a *acquisition) take(pick func(idx int) (wire.AckType, bool)) []wire.Ackno
 
 // stagedRec is one record handed to a transaction in Transactional mode.
 type stagedRec struct {
-	unit     *wire.ShareAcks // the Stage call it belongs to
+	unit     *acktrack.Set // the Stage call it belongs to
 	acq      *acquisition
 	off      int64
 	deadline time.Time // lock deadline, moved forward by renewals
@@ -105,12 +107,12 @@ type partState struct {
 // heldSet is every record the consumer holds. All of it is guarded by the
 // consumer's mutex.
 type heldSet struct {
-	parts map[wire.TopicPartition]*partState
+	parts map[kshare.TopicPartition]*partState
 }
 
-func (h *heldSet) part(tp wire.TopicPartition) *partState {
+func (h *heldSet) part(tp kshare.TopicPartition) *partState {
 	if h.parts == nil {
-		h.parts = make(map[wire.TopicPartition]*partState)
+		h.parts = make(map[kshare.TopicPartition]*partState)
 	}
 	p := h.parts[tp]
 	if p == nil {
@@ -123,7 +125,7 @@ func (h *heldSet) part(tp wire.TopicPartition) *partState {
 // find returns the acquisition holding offset off of tp and the offset's
 // index in it. Only one acquisition holds an offset: a newer one frees it
 // in the older.
-func (h *heldSet) find(tp wire.TopicPartition, off int64) (*acquisition, int, bool) {
+func (h *heldSet) find(tp kshare.TopicPartition, off int64) (*acquisition, int, bool) {
 	p := h.parts[tp]
 	if p == nil {
 		return nil, 0, false
@@ -165,7 +167,7 @@ func (h *heldSet) add(a *acquisition) {
 
 // compact drops the acquisitions of tp with nothing left, and tp itself
 // when it holds nothing.
-func (h *heldSet) compact(tp wire.TopicPartition) {
+func (h *heldSet) compact(tp kshare.TopicPartition) {
 	p := h.parts[tp]
 	if p == nil {
 		return

@@ -13,8 +13,9 @@ import (
 
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/wire"
 )
 
 // env is a bundled cluster with an admin client.
@@ -27,10 +28,10 @@ type env struct {
 
 func newEnv(t testing.TB, opts ...broker.Opt) *env {
 	t.Helper()
-	e := &env{t: t, c: testkit.Cluster(t, opts...), ctx: testkit.Context(t)}
+	e := &env{t: t, c: bundled.Cluster(t, opts...), ctx: testkit.Context(t)}
 	// The admin client also sends the KIP-1289 requests, which kgo's
 	// default version pin leaves out.
-	e.admin = e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxVersions(txnclient.KgoMaxVersions()))
+	e.admin = e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxVersions(wire.KgoMaxVersions()))
 	return e
 }
 
@@ -136,7 +137,7 @@ func expectNothing(ctx context.Context, t *testing.T, c *shareconsumer.Consumer,
 // the broker received them: the batches of its ShareAcknowledge requests,
 // then those of its ShareFetch requests. An empty ShareAcknowledge that
 // does not close the session counts too.
-func ownAcks(log *testkit.RequestLog, member string) []string {
+func ownAcks(log *bundled.RequestLog, member string) []string {
 	var desc []string
 	for _, o := range log.Of(kmsg.ShareAcknowledge.Int16()) {
 		r := o.Req.(*kmsg.ShareAcknowledgeRequest)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/kshare-go/kshare/internal/kgoclient"
@@ -26,7 +27,7 @@ const (
 	// Records left unmarked are released on Close.
 	Explicit
 	// Transactional never acknowledges on its own: the application turns
-	// records into wire.ShareAcks with Acks and commits them in a Kafka
+	// records into kshare.ShareAcks with Acks and commits them in a Kafka
 	// transaction (producer or acknowledger package).
 	Transactional
 )
@@ -59,6 +60,10 @@ type config struct {
 	maxRecords int32
 	maxWait    time.Duration
 	maxBytes   int32
+	// groupConfig is SetGroupConfig's, and groupConfigs its validated
+	// form.
+	groupConfig  *GroupConfig
+	groupConfigs []kmsg.IncrementalAlterConfigsRequestResourceConfig
 }
 
 // Defaults. The fetch sizes and the wait are kgo's share-consumer defaults,
@@ -106,6 +111,13 @@ func (c *config) validate() error {
 		if t == "" {
 			return errors.New("empty topic name")
 		}
+	}
+	if c.groupConfig != nil {
+		configs, err := c.groupConfig.configs()
+		if err != nil {
+			return fmt.Errorf("SetGroupConfig: %w", err)
+		}
+		c.groupConfigs = configs
 	}
 	return nil
 }

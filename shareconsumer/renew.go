@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -20,7 +21,7 @@ const renewVersion = 2
 // should be renewed now (less than half the lock duration left), and when
 // the next one falls due. A staged record whose deadline already passed is
 // given up: its lock is gone.
-func (s *session) dueRenewalsLocked(now time.Time) (map[wire.TopicPartition][]*stagedRec, time.Time) {
+func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]*stagedRec, time.Time) {
 	if s.c.cfg.mode != Transactional {
 		return nil, time.Time{}
 	}
@@ -29,7 +30,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[wire.TopicPartition][]*s
 		lock = defaultLockDuration
 	}
 	ahead := lock / 2
-	var due map[wire.TopicPartition][]*stagedRec
+	var due map[kshare.TopicPartition][]*stagedRec
 	var next time.Time
 	for tp, p := range s.c.held.parts {
 		for _, sr := range p.staged {
@@ -48,7 +49,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[wire.TopicPartition][]*s
 				continue
 			}
 			if due == nil {
-				due = make(map[wire.TopicPartition][]*stagedRec)
+				due = make(map[kshare.TopicPartition][]*stagedRec)
 			}
 			due[tp] = append(due[tp], sr)
 		}
@@ -59,8 +60,8 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[wire.TopicPartition][]*s
 // renewStepLocked builds a ShareAcknowledge that renews the due records.
 // RENEW is sent on its own request: the broker takes it only with
 // IsRenewAck set, and a ShareFetch carrying it could not fetch.
-func (s *session) renewStepLocked(now time.Time, due map[wire.TopicPartition][]*stagedRec) step {
-	merged := make(map[wire.TopicPartition]*jobPart, len(due))
+func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][]*stagedRec) step {
+	merged := make(map[kshare.TopicPartition]*jobPart, len(due))
 	for tp, srs := range due {
 		sort.Slice(srs, func(i, j int) bool { return srs[i].off < srs[j].off })
 		// One staging unit per partition per request: the broker refuses a
@@ -95,7 +96,7 @@ func (s *session) renewStepLocked(now time.Time, due map[wire.TopicPartition][]*
 // renewUnsupportedLocked gives up renewing on a broker without RENEW: the
 // records keep the lock they have, and staging them after it ends fails
 // with ErrLockExpired.
-func (s *session) renewUnsupportedLocked(due map[wire.TopicPartition][]*stagedRec) {
+func (s *session) renewUnsupportedLocked(due map[kshare.TopicPartition][]*stagedRec) {
 	for _, srs := range due {
 		for _, sr := range srs {
 			sr.stopped = true
@@ -144,7 +145,7 @@ func (s *session) probeRenew() {
 // get a new deadline from the time the request was sent; records the broker
 // would not renew are TX_PENDING (their transaction's acknowledgement
 // arrived first) or lost, and are not renewed again.
-func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[wire.TopicPartition]error) {
+func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.TopicPartition]error) {
 	lock := s.lockDur
 	if lockMillis > 0 {
 		lock = time.Duration(lockMillis) * time.Millisecond

@@ -10,7 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/kgoclient"
+	"github.com/kshare-go/kshare/internal/retry"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -45,8 +47,8 @@ type session struct {
 	node int32
 	wake chan struct{}
 
-	want      map[wire.TopicPartition]struct{} // assigned partitions this node leads
-	inSession map[wire.TopicPartition]struct{} // partitions the broker's session holds
+	want      map[kshare.TopicPartition]struct{} // assigned partitions this node leads
+	inSession map[kshare.TopicPartition]struct{} // partitions the broker's session holds
 	epoch     int32
 	gen       uint64 // bumped at every reset; answers to older requests are stale
 	buffered  *fetchResult
@@ -81,9 +83,9 @@ func (c *Consumer) sessionLocked(node int32) *session {
 		c:         c,
 		node:      node,
 		wake:      make(chan struct{}, 1),
-		want:      make(map[wire.TopicPartition]struct{}),
-		inSession: make(map[wire.TopicPartition]struct{}),
-		bo:        newBackoff(),
+		want:      make(map[kshare.TopicPartition]struct{}),
+		inSession: make(map[kshare.TopicPartition]struct{}),
+		bo:        retry.NewBackoff(),
 	}
 	c.sessions[node] = s
 	c.sessOrder = append(c.sessOrder, s)
@@ -120,7 +122,7 @@ type step struct {
 	fetch  *kmsg.ShareFetchRequest
 	ack    *kmsg.ShareAcknowledgeRequest
 	jobs   []*ackJob
-	renews map[wire.TopicPartition][]*stagedRec
+	renews map[kshare.TopicPartition][]*stagedRec
 	gen    uint64
 	sentAt time.Time
 	err    error // stepFail: why jobs fail
@@ -128,7 +130,7 @@ type step struct {
 
 func (s *session) run() {
 	defer s.c.sessWG.Done()
-	defer s.failOutbox(ErrClosed)
+	defer s.failOutbox(errConsumerClosing)
 	for {
 		s.c.mu.Lock()
 		st := s.nextLocked(time.Now())
@@ -239,11 +241,11 @@ func (s *session) nextLocked(now time.Time) step {
 
 // forgetLocked lists the partitions in the broker's session that this
 // session no longer wants.
-func (s *session) forgetLocked() []wire.TopicPartition {
+func (s *session) forgetLocked() []kshare.TopicPartition {
 	if s.epoch == openEpoch {
 		return nil
 	}
-	var out []wire.TopicPartition
+	var out []kshare.TopicPartition
 	for tp := range s.inSession {
 		if _, ok := s.want[tp]; !ok {
 			out = append(out, tp)
@@ -254,13 +256,13 @@ func (s *session) forgetLocked() []wire.TopicPartition {
 
 // drainOutboxLocked moves every queued job into req-building form: the
 // batches of each partition, sorted, with the jobs that own them.
-func (s *session) drainOutboxLocked() ([]*ackJob, map[wire.TopicPartition]*jobPart) {
+func (s *session) drainOutboxLocked() ([]*ackJob, map[kshare.TopicPartition]*jobPart) {
 	jobs := s.outbox
 	s.outbox = nil
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	merged := make(map[wire.TopicPartition]*jobPart)
+	merged := make(map[kshare.TopicPartition]*jobPart)
 	for _, j := range jobs {
 		if j.quiet {
 			s.dropHeldLocked(j)
@@ -308,7 +310,7 @@ func (s *session) dropHeldLocked(j *ackJob) {
 	}
 }
 
-func (s *session) fetchStepLocked(now time.Time, forget []wire.TopicPartition) step {
+func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition) step {
 	c := s.c
 	req := kmsg.NewPtrShareFetchRequest()
 	req.GroupID = &c.cfg.group
@@ -320,7 +322,7 @@ func (s *session) fetchStepLocked(now time.Time, forget []wire.TopicPartition) s
 	req.MaxRecords = c.cfg.maxRecords
 	req.BatchSize = c.cfg.maxRecords
 	topics := make(map[[16]byte]int)
-	addPart := func(tp wire.TopicPartition, id [16]byte) *kmsg.ShareFetchRequestTopicPartition {
+	addPart := func(tp kshare.TopicPartition, id [16]byte) *kmsg.ShareFetchRequestTopicPartition {
 		ti, ok := topics[id]
 		if !ok {
 			ti = len(req.Topics)
@@ -346,7 +348,7 @@ func (s *session) fetchStepLocked(now time.Time, forget []wire.TopicPartition) s
 	}
 	var jobs []*ackJob
 	if s.epoch != openEpoch {
-		var merged map[wire.TopicPartition]*jobPart
+		var merged map[kshare.TopicPartition]*jobPart
 		jobs, merged = s.drainOutboxLocked()
 		for tp, m := range merged {
 			p := addPart(tp, m.topicID)
@@ -407,7 +409,7 @@ func toAckBatches(b []wire.AcknowledgementBatch) []kmsg.ShareAcknowledgeRequestT
 }
 
 // newAckRequest builds a ShareAcknowledge of merged batches.
-func (s *session) newAckRequest(epoch int32, merged map[wire.TopicPartition]*jobPart) *kmsg.ShareAcknowledgeRequest {
+func (s *session) newAckRequest(epoch int32, merged map[kshare.TopicPartition]*jobPart) *kmsg.ShareAcknowledgeRequest {
 	c := s.c
 	req := kmsg.NewPtrShareAcknowledgeRequest()
 	req.GroupID = &c.cfg.group
@@ -470,7 +472,7 @@ func (s *session) backoffLocked(now time.Time) {
 func (s *session) doFetch(st step) {
 	c := s.c
 	resp, err := s.send(st.fetch)
-	var decoded map[wire.TopicPartition]kgo.FetchPartition
+	var decoded map[kshare.TopicPartition]kgo.FetchPartition
 	var fr *kmsg.ShareFetchResponse
 	if err == nil {
 		fr = resp.(*kmsg.ShareFetchResponse)
@@ -486,7 +488,7 @@ func (s *session) doFetch(st step) {
 	case err != nil:
 		if c.bgCtx.Err() != nil {
 			c.mu.Unlock()
-			failAll(st.jobs, ErrClosed)
+			failAll(st.jobs, errConsumerClosing)
 			return
 		}
 		jobErr = fmt.Errorf("ShareFetch to node %d: %w", s.node, err)

@@ -6,31 +6,47 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/wire"
 )
 
+// tracker is the Consumer seen as the acktrack.Tracker of the
+// acknowledgements it builds: a type of its own, so that Stage and Resolve
+// are not methods applications can call.
+type tracker Consumer
+
 // The Consumer follows its records through transactions.
-var _ wire.Tracker = (*Consumer)(nil)
+var _ acktrack.Tracker = (*tracker)(nil)
 
 // Acks turns records returned by Poll into the acknowledgements a
 // transaction carries (producer.SendShareAcksToTransaction,
 // acknowledger.CommitAcknowledgements or Stage), each of type t, with the
-// topic ids and lock deadlines the consumer knows. Its Tracker is the
-// consumer, which thereby learns when the records join a transaction (it
-// then renews their locks until the transaction ends) and how it ended.
-// Acks does not check the records: staging them does, and fails with
-// ErrLockExpired or ErrNotHeld. Only a Transactional consumer accepts the
-// staging.
-func (c *Consumer) Acks(records []*kgo.Record, t wire.AckType) *wire.ShareAcks {
-	acks := &wire.ShareAcks{Tracker: c}
+// topic ids and lock deadlines the consumer knows. The consumer follows
+// them: when they join a transaction it checks the records' locks and
+// then renews them until the transaction ends, and it learns how the
+// transaction ended. Combine the acknowledgements of several calls with
+// kshare.ShareAcks.Merge.
+//
+// Acks does not check the records: putting them in a transaction does,
+// and fails with ErrLockExpired (a lock ran out: kshare.ErrAbortable),
+// ErrNotHeld (a record this consumer does not hold: kshare.ErrUsage), or
+// kshare.ErrUsage for a type other than AckAccept, AckRelease and
+// AckReject or outside Transactional mode. Nil records are skipped.
+func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAcks {
+	if !c.made() {
+		return new(kshare.ShareAcks)
+	}
+	acks := acktrack.New((*tracker)(c))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range records {
 		if r == nil {
 			continue
 		}
-		tp := wire.TopicPartition{Topic: r.Topic, Partition: r.Partition}
-		rec := wire.AckedRecord{Offset: r.Offset, Type: t}
+		tp := kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		rec := acktrack.Record{Offset: r.Offset, Type: int8(t)}
 		id := c.topicIDs[r.Topic]
 		if a, idx, ok := c.held.find(tp, r.Offset); ok {
 			id = a.topicID
@@ -40,39 +56,44 @@ func (c *Consumer) Acks(records []*kgo.Record, t wire.AckType) *wire.ShareAcks {
 		}
 		acks.Add(r.Topic, id, r.Partition, rec)
 	}
-	return acks
+	return (*kshare.ShareAcks)(acks)
 }
 
-// Stage implements wire.Tracker: acks are about to join a transaction. It
-// checks that the consumer holds every record with a lock that has not
-// expired and that no other transaction has them, then marks them staged:
-// from now on the consumer renews their locks (RENEW, where the broker
-// supports it) until Resolve, and Close does not release them. Staging the
-// same acks again (a checkpoint joining its commit transaction) only
-// checks them again. On any error nothing changes; the error wraps
-// ErrLockExpired (lock passed or lost), ErrNotHeld, ErrWrongMode (the
-// consumer is not Transactional) or ErrClosed.
-func (c *Consumer) Stage(acks *wire.ShareAcks) error {
+// Stage implements acktrack.Tracker: acks are about to join a
+// transaction of member group/member. It checks that this is the member,
+// that the consumer holds every record with a lock that has not expired
+// and that no other transaction has them, then marks them staged: from now
+// on the consumer renews their locks (RENEW, where the broker supports it)
+// until Resolve, and Close does not release them. Staging the same acks
+// again (a checkpoint joining its commit transaction) only checks them
+// again. On any error nothing changes; the error wraps ErrLockExpired
+// (lock passed or lost, kshare.ErrAbortable), ErrNotHeld, another usage
+// error (another member, not Transactional mode; kshare.ErrUsage) or is
+// kshare.ErrClosed.
+func (t *tracker) Stage(acks *acktrack.Set, group, member string) error {
+	const op = "stage acknowledgements"
+	c := (*Consumer)(t)
 	if c.cfg.mode != Transactional {
-		return fmt.Errorf("staging acknowledgements in a transaction in %s mode: %w", c.cfg.mode, ErrWrongMode)
+		return errWrongMode(op, c.cfg.mode)
 	}
-	if acks == nil {
-		return fmt.Errorf("nil acknowledgements: %w", ErrNotHeld)
+	if group != c.cfg.group || member != c.memberID {
+		return errs.Usage(op, fmt.Errorf("the acknowledgements are of member %s of group %q, the transaction carries member %s of group %q: pass the consumer's own GroupMetadata", c.memberID, c.cfg.group, member, group))
 	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
-		return ErrClosed
+		return errClosed(op)
 	}
 	type target struct {
 		a   *acquisition
 		idx int
 	}
 	var fresh []target
-	for _, tp := range acks.Partitions() {
+	for _, atp := range acks.Partitions() {
+		tp := kshare.TopicPartition(atp)
 		p := c.held.parts[tp]
-		for _, rec := range acks.Records(tp) {
+		for _, rec := range acks.Records(atp) {
 			where := fmt.Sprintf("%s/%d offset %d", tp.Topic, tp.Partition, rec.Offset)
 			if p != nil {
 				if sr := p.staged[rec.Offset]; sr != nil {
@@ -127,7 +148,7 @@ func (c *Consumer) Stage(acks *wire.ShareAcks) error {
 	return nil
 }
 
-// Resolve implements wire.Tracker: the transaction that acks joined has
+// Resolve implements acktrack.Tracker: the transaction that acks joined has
 // ended, or acks will never be sent. The consumer stops renewing the
 // records and forgets them. After a commit the broker has acknowledged
 // them. After an abort the broker made available again every record whose
@@ -139,7 +160,8 @@ func (c *Consumer) Stage(acks *wire.ShareAcks) error {
 // release that finds the record already available fails harmlessly at the
 // broker. A record that the broker has meanwhile delivered to this consumer
 // again belongs to that new delivery and is left alone.
-func (c *Consumer) Resolve(acks *wire.ShareAcks, committed bool) {
+func (t *tracker) Resolve(acks *acktrack.Set, committed bool) {
+	c := (*Consumer)(t)
 	if acks == nil {
 		return
 	}
@@ -148,12 +170,13 @@ func (c *Consumer) Resolve(acks *wire.ShareAcks, committed bool) {
 	defer c.mu.Unlock()
 	release := make(map[*acquisition]map[int]struct{})
 	n := 0
-	for _, tp := range acks.Partitions() {
+	for _, atp := range acks.Partitions() {
+		tp := kshare.TopicPartition(atp)
 		p := c.held.parts[tp]
 		if p == nil {
 			continue
 		}
-		for _, rec := range acks.Records(tp) {
+		for _, rec := range acks.Records(atp) {
 			sr := p.staged[rec.Offset]
 			if sr == nil || sr.unit != acks {
 				continue
@@ -183,7 +206,7 @@ func (c *Consumer) Resolve(acks *wire.ShareAcks, committed bool) {
 	}
 	c.queueLocked(js)
 	for _, tp := range acks.Partitions() {
-		c.held.compact(tp)
+		c.held.compact(kshare.TopicPartition(tp))
 	}
 	c.logger.Debug("transaction outcome learned", "committed", committed, "records", n)
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -65,7 +65,7 @@ func process(ctx context.Context, t *testing.T, p *producer.Producer, c *shareco
 	for _, r := range recs {
 		p.Produce(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(r.Value))}, nil)
 	}
-	if err := p.SendShareAcksToTransaction(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()); err != nil {
+	if err := p.SendShareAcksToTransaction(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()); err != nil {
 		return err
 	}
 	return p.CommitTransaction(ctx)
@@ -87,7 +87,7 @@ func TestTransactionalCommit(t *testing.T) {
 	const inputs = 60
 	e := txnEnv(t, inputs)
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(7))
-	log := testkit.ObserveRequests(t, e.c)
+	log := bundled.ObserveRequests(t, e.c)
 	p := e.producer("ctp")
 
 	done := make(map[string]bool)
@@ -117,7 +117,7 @@ func TestTransactionalAbortRedeliversAtOnce(t *testing.T) {
 	const inputs = 12
 	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	log := testkit.ObserveRequests(t, e.c)
+	log := bundled.ObserveRequests(t, e.c)
 	p := e.producer("ctp")
 
 	first := pollRecords(e.ctx, t, c, inputs)
@@ -125,7 +125,7 @@ func TestTransactionalAbortRedeliversAtOnce(t *testing.T) {
 	for _, r := range first {
 		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("aborted-" + string(r.Value))}, nil)
 	}
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(first, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(first, kshare.AckAccept), c.GroupMetadata()))
 	require.NoError(t, p.Flush(e.ctx))
 	require.NoError(t, p.AbortTransaction(e.ctx))
 
@@ -165,8 +165,8 @@ func TestTransactionalProcessDiesMidTransaction(t *testing.T) {
 		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("lost-" + string(r.Value))}, nil)
 	}
 	require.NoError(t, p.Flush(e.ctx))
-	acks := dying.Acks(recs, wire.AckAccept)
-	require.NoError(t, acks.Tracker.Stage(acks))
+	acks := dying.Acks(recs, kshare.AckAccept)
+	require.NoError(t, shareconsumer.Stage(acks, dying.GroupMetadata()))
 	stageAtBroker(e, p, acks, dying.GroupMetadata())
 
 	// Die: connections drop, nothing more is sent.
@@ -204,12 +204,12 @@ func TestTransactionalConsumerClosedMidTransaction(t *testing.T) {
 	for _, r := range recs {
 		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("orphan-" + string(r.Value))}, nil)
 	}
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 	require.NoError(t, c.Close(e.ctx))
-	require.ErrorIs(t, p.CommitTransaction(e.ctx), txnclient.ErrAbortable, "the member is gone")
+	require.ErrorIs(t, p.CommitTransaction(e.ctx), kshare.ErrAbortable, "the member is gone")
 	require.NoError(t, p.AbortTransaction(e.ctx))
-	late := c.Acks(recs, wire.AckAccept)
-	require.ErrorIs(t, late.Tracker.Stage(late), shareconsumer.ErrClosed)
+	late := c.Acks(recs, kshare.AckAccept)
+	require.ErrorIs(t, shareconsumer.Stage(late, c.GroupMetadata()), kshare.ErrClosed)
 
 	heir := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
 	again := pollRecords(e.ctx, t, heir, inputs)
@@ -223,10 +223,10 @@ func TestTransactionalConsumerClosedMidTransaction(t *testing.T) {
 // stageAtBroker does what a commit does before EndTxn: AddShareAcksToTxn
 // at the transaction coordinator and TxnShareAcknowledge at each leader,
 // with the producer's id and epoch. The records go TX_PENDING.
-func stageAtBroker(e *env, p *producer.Producer, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) {
+func stageAtBroker(e *env, p *producer.Producer, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) {
 	e.t.Helper()
-	pid, epoch := p.Transactions().ProducerID()
-	txnID := p.Transactions().TransactionalID()
+	st := p.Status()
+	pid, epoch, txnID := st.ProducerID, st.Epoch, st.TransactionalID
 	fc := kmsg.NewPtrFindCoordinatorRequest()
 	fc.CoordinatorType = 1
 	fc.CoordinatorKeys = []string{txnID}
@@ -245,10 +245,14 @@ func stageAtBroker(e *env, p *producer.Producer, acks *wire.ShareAcks, meta wire
 				MemberEpoch: meta.MemberEpoch, ProducerID: pid, ProducerEpoch: epoch}
 			byLeader[leader] = req
 		}
-		id, ok := acks.TopicID(tp.Topic)
+		id, ok := shareconsumer.TopicID(acks, tp.Topic)
 		require.True(e.t, ok)
+		var batches []wire.AcknowledgementBatch
+		for _, r := range acks.Records(tp) {
+			batches = append(batches, wire.AcknowledgementBatch{FirstOffset: r.Offset, LastOffset: r.Offset, AcknowledgeType: wire.AckType(r.Type)})
+		}
 		req.Topics = append(req.Topics, wire.TxnShareAcknowledgeTopic{TopicID: id, Partitions: []wire.TxnShareAcknowledgePartition{
-			{Partition: tp.Partition, AcknowledgementBatches: acks.Batches(tp)},
+			{Partition: tp.Partition, AcknowledgementBatches: batches},
 		}})
 	}
 	resp, err := e.admin.Broker(int(fcr.Coordinators[0].NodeID)).Request(e.ctx, add)
@@ -280,8 +284,8 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	time.Sleep(time.Until(deadline) + 50*time.Millisecond)
 
 	require.NoError(t, p.BeginTransaction())
-	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
-	require.ErrorIs(t, err, txnclient.ErrAbortable)
+	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
@@ -296,7 +300,7 @@ func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, inputs)
 	require.NoError(t, p.BeginTransaction())
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata()))
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 	first, _ := c.LockDeadline(recs[0])
 	// The other member joins only now: joining earlier, it would fetch
 	// (and lock) some of the records ahead of its first Poll, and c would

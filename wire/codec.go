@@ -1,14 +1,19 @@
 package wire
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kbin"
+
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 )
 
-// ErrMalformed is wrapped by every decoding error of this package.
-var ErrMalformed = errors.New("malformed KIP-1289 message")
+// ErrMalformed is wrapped by every decoding error of this package. It
+// matches kshare.ErrUnsupported: bytes that do not decode as these
+// messages come from a broker that speaks another form of KIP-1289 (the
+// key numbers are provisional), and retrying cannot help.
+var ErrMalformed = errs.Sentinel(kshare.ErrUnsupported, "malformed KIP-1289 message")
 
 // reader adds the flexible-version helpers to kbin.Reader.
 type reader struct{ kbin.Reader }

@@ -3,34 +3,11 @@ package wire_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/wire"
 )
-
-// ShareAcks collects the acknowledgements of one transaction; Batches turns
-// a partition's into wire batches: sorted, the last acknowledgement of an
-// offset winning, runs of one type merged.
-func ExampleShareAcks() {
-	var acks wire.ShareAcks
-	for _, r := range []wire.AckedRecord{
-		{Offset: 12, Type: wire.AckAccept},
-		{Offset: 10, Type: wire.AckAccept},
-		{Offset: 11, Type: wire.AckReject},
-		{Offset: 11, Type: wire.AckAccept}, // replaces the REJECT
-		{Offset: 14, Type: wire.AckRelease},
-	} {
-		acks.Add("orders", [16]byte{}, 0, r)
-	}
-	acks.Add("audit", [16]byte{}, 2, wire.AckedRecord{Offset: 7, Type: wire.AckAccept})
-	fmt.Println(acks.Partitions(), acks.Len())
-	for _, b := range acks.Batches(wire.TopicPartition{Topic: "orders", Partition: 0}) {
-		fmt.Println(b.FirstOffset, b.LastOffset, b.AcknowledgeType)
-	}
-	// Output:
-	// [{audit 2} {orders 0}] 6
-	// 10 12 ACCEPT
-	// 14 14 RELEASE
-}
 
 // The KIP-1289 messages encode and decode like any kmsg message; bytes
 // that do not decode fail with ErrMalformed.
@@ -65,4 +42,18 @@ func ExampleTxnShareAcknowledgeRequest() {
 	// Output:
 	// TxnShareAcknowledge member-1 7 10 12 ACCEPT
 	// true
+}
+
+// Every acknowledgement type has its KIP-932 name; the three an
+// application chooses are kshare's, with the same numbers.
+func ExampleAckType() {
+	var names []string
+	for t := wire.AckGap; t <= wire.AckRenew+1; t++ {
+		names = append(names, t.String())
+	}
+	fmt.Println(strings.Join(names, " "))
+	fmt.Println(wire.AckType(kshare.AckReject), wire.AckType(kshare.AckReject).Transactional(), wire.AckRenew.Transactional())
+	// Output:
+	// GAP ACCEPT RELEASE REJECT RENEW AckType(5)
+	// REJECT true false
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // API keys of the KIP-1289 messages. Both are flexible from version 0.
@@ -55,4 +56,17 @@ func NameForKey(key int16) string {
 		return "AddShareAcksToTxn"
 	}
 	return kmsg.NameForKey(key)
+}
+
+// KgoMaxVersions returns the API versions a kgo client must be allowed to
+// send for KIP-1289: kgo's stable set (kversion.Stable, kgo's default
+// kgo.MaxVersions) plus the two KIP-1289 keys, which kgo refuses to send
+// otherwise. kshare's producer and acknowledger build their clients with
+// kgo.MaxVersions(wire.KgoMaxVersions()); a kgo user who sends keys 95
+// and 96 does the same.
+func KgoMaxVersions() *kversion.Versions {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(TxnShareAcknowledgeKey, 0)
+	v.SetMaxKeyVersion(AddShareAcksToTxnKey, 0)
+	return v
 }

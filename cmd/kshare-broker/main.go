@@ -59,6 +59,15 @@ func run(args []string) error {
 	cgSession := fs.Duration("consumer-session-timeout", 45*time.Second, "default session timeout of KIP-848 consumer groups")
 	oldNodes := fs.String("old-nodes", "", "comma-separated node ids that behave like brokers before KIP-1228: WriteTxnMarkers up to v1, every marker checked with the legacy rule (a cluster mid-upgrade)")
 	cgHeartbeat := fs.Duration("consumer-heartbeat-interval", 5*time.Second, "default heartbeat interval of KIP-848 consumer group members")
+	var groupDefaults []broker.Opt
+	fs.Func("group-config", "NAME=VALUE: the default of a group config for every group that does not set its own, e.g. share.auto.offset.reset=earliest (repeatable)", func(s string) error {
+		name, value, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("%q is not NAME=VALUE", s)
+		}
+		groupDefaults = append(groupDefaults, broker.GroupConfigDefault(name, value))
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,7 +92,7 @@ func run(args []string) error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	c, err := broker.NewCluster(
+	c, err := broker.NewCluster(append([]broker.Opt{
 		broker.Nodes(*nodes),
 		broker.Ports(ports...),
 		broker.Host(*host),
@@ -108,7 +117,7 @@ func run(args []string) error {
 		broker.ConsumerGroupSessionTimeout(*cgSession),
 		broker.ConsumerGroupHeartbeatInterval(*cgHeartbeat),
 		broker.OldNodes(old...),
-	)
+	}, groupDefaults...)...)
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,9 @@ func TestBadFlagsFail(t *testing.T) {
 		{"-fetch-max-bytes", "4294967296"},
 		{"-max-connections", "-2"},
 		{"-nodes", "2", "-old-nodes", "2"},
+		{"-group-config", "share.auto.offset.reset"},
+		{"-group-config", "share.auto.offset.reset=sideways"},
+		{"-group-config", "no.such.config=1"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var exit *exec.ExitError
@@ -108,6 +111,32 @@ func TestOldNodesFlag(t *testing.T) {
 		}
 		require.Equal(t, want, got, "node %d", node)
 	}
+}
+
+// TestGroupConfigFlag: -group-config sets the default of a group config
+// for every group.
+func TestGroupConfigFlag(t *testing.T) {
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, _, seeds := startBroker(ctx, t, bin, "-group-config", "share.auto.offset.reset=earliest", "-log-level", "warn")
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "any-group"
+	res.ConfigNames = []string{"share.auto.offset.reset"}
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Len(t, resp.Resources, 1)
+	require.Len(t, resp.Resources[0].Configs, 1)
+	require.Equal(t, "earliest", *resp.Resources[0].Configs[0].Value)
 }
 
 // TestMaxBytesFlagRefusesProduceAndKeepsReads: with -max-bytes the

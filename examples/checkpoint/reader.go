@@ -9,11 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/internal/eos"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // This file is the pipeline: a source reader of a stream processor that
@@ -39,7 +38,7 @@ type reader struct {
 // recordKey names a record by its place in the log: a record delivered
 // again replaces its earlier delivery in the open state.
 type recordKey struct {
-	tp     wire.TopicPartition
+	tp     kshare.TopicPartition
 	offset int64
 }
 
@@ -93,7 +92,7 @@ func (r *reader) Poll(ctx context.Context) error {
 	}
 	r.hooks.Polled(records)
 	for _, rec := range records {
-		key := recordKey{wire.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}, rec.Offset}
+		key := recordKey{kshare.TopicPartition{Topic: rec.Topic, Partition: rec.Partition}, rec.Offset}
 		r.open[key] = processed{rec: rec, output: transform(rec)}
 	}
 	return nil
@@ -128,8 +127,7 @@ func (r *reader) SnapshotState(_ context.Context, id int64) error {
 		outputs = append(outputs, p.output)
 	}
 	clear(r.open)
-	acks := r.cons.Acks(accepted, wire.AckAccept)
-	acks.Merge(r.cons.Acks(rejected, wire.AckReject))
+	acks := r.cons.Acks(accepted, kshare.AckAccept).Merge(r.cons.Acks(rejected, kshare.AckReject))
 	err := r.ack.Stage(id, acks, r.cons.GroupMetadata())
 	r.hooks.Snapshotted(id, all, err)
 	if err != nil {
@@ -143,10 +141,24 @@ func (r *reader) SnapshotState(_ context.Context, id int64) error {
 // checkpoint up to id in one transaction and, only if that succeeds, hands
 // their output to the sink. A commit that fails drops those checkpoints:
 // the output is discarded and the records come back to the group, to be
-// processed again.
+// processed again. A commit whose outcome is in doubt is learned first:
+// if it had committed, the output goes to the sink after all.
 func (r *reader) NotifyCheckpointComplete(ctx context.Context, id int64) error {
 	outputs := r.take(id)
-	if err := r.ack.CommitCheckpoint(ctx, id); err != nil {
+	err := r.ack.CommitCheckpoint(ctx, id)
+	if errors.Is(err, kshare.ErrInDoubt) {
+		// The commit's answer was lost and the abort inside
+		// CommitCheckpoint could not learn the outcome either.
+		switch aerr := r.ack.AbortAcknowledgements(ctx); {
+		case errors.Is(aerr, kshare.ErrCommitted):
+			err = nil
+		case aerr == nil:
+			err = fmt.Errorf("checkpoint %d had not committed: %w", id, kshare.ErrAbortable)
+		default:
+			return fmt.Errorf("learning the outcome of %v: %w", err, aerr)
+		}
+	}
+	if err != nil {
 		return r.ended(ctx, err)
 	}
 	r.sink.Commit(outputs)
@@ -154,14 +166,11 @@ func (r *reader) NotifyCheckpointComplete(ctx context.Context, id int64) error {
 }
 
 // NotifyCheckpointAborted drops every staged checkpoint up to id: their
-// output is discarded and their records are released to the group at once
-// (or, if the release fails, when their locks run out).
-func (r *reader) NotifyCheckpointAborted(ctx context.Context, id int64) error {
+// output is discarded and the consumer releases their records to the
+// group at once.
+func (r *reader) NotifyCheckpointAborted(_ context.Context, id int64) error {
 	r.take(id)
-	if err := r.ack.AbortCheckpoint(ctx, id); err != nil {
-		return r.ended(ctx, err)
-	}
-	return nil
+	return r.ack.AbortCheckpoint(id)
 }
 
 // take removes the staged checkpoints up to id and returns their output.
@@ -176,17 +185,18 @@ func (r *reader) take(id int64) []string {
 	return outputs
 }
 
-// ended makes sure that a commit or release that failed with err leaves no
-// transaction open, and returns err, joined with the error of that clean-up
-// if it failed. An ErrAbortable err is a checkpoint dropped; an ErrFatal
-// one (fenced, a cluster without KIP-1289) or one this reader does not
-// know stops the run.
+// ended makes sure that a commit that failed with err leaves no
+// transaction open, and returns err, joined with the error of that
+// clean-up if it failed. A kshare.ErrAbortable err is a checkpoint
+// dropped; anything else (kshare.ErrFatal: fenced; kshare.ErrUnsupported:
+// a cluster without KIP-1289; an error this reader does not know) stops
+// the run.
 func (r *reader) ended(ctx context.Context, err error) error {
-	if !errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal) {
+	if !errors.Is(err, kshare.ErrAbortable) {
 		return err
 	}
 	if aerr := r.ack.AbortAcknowledgements(ctx); aerr != nil {
-		return fmt.Errorf("%w; ending its transaction: %w", err, aerr)
+		return fmt.Errorf("%v; ending its transaction: %w", err, aerr)
 	}
 	return err
 }

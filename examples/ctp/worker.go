@@ -9,11 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/eos"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // This file is the pipeline: a worker of an exactly-once
@@ -31,9 +30,10 @@ const closeTimeout = 10 * time.Second
 //
 // It returns nil once ctx ends, after finishing the transaction in
 // progress. It returns an error when it cannot go on: the producer is
-// fenced by a newer instance with the same transactional id, the cluster
-// lacks KIP-1289 (txnclient.ErrShareAcksUnsupported), or any error that is
-// not txnclient.ErrAbortable, which it does not know how to handle.
+// fenced by a newer instance with the same transactional id
+// (kshare.ErrFatal), the cluster lacks KIP-1289 (kshare.ErrUnsupported),
+// or any error that is neither kshare.ErrAbortable nor kshare.ErrInDoubt,
+// which it does not know how to handle.
 func runWorker(ctx context.Context, w eos.Worker) error {
 	cons, err := shareconsumer.New(
 		shareconsumer.SeedBrokers(w.Seeds...),
@@ -84,8 +84,8 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 		case ctx.Err() != nil:
 			return nil // shutting down: Close releases what was polled
 		case err != nil:
-			// A background error the consumer cannot fix by itself
-			// (authorization, an unknown topic).
+			// What the consumer cannot fix by itself: a topic that does
+			// not exist, authorization, a cluster without share groups.
 			return fmt.Errorf("poll: %w", err)
 		}
 		w.Hooks.Polled(records)
@@ -129,8 +129,7 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 	}
 	// A rejected record is archived when the transaction commits: it is
 	// never delivered again, and has no output.
-	acks := cons.Acks(accepted, wire.AckAccept)
-	acks.Merge(cons.Acks(rejected, wire.AckReject))
+	acks := cons.Acks(accepted, kshare.AckAccept).Merge(cons.Acks(rejected, kshare.AckReject))
 
 	err := w.Hooks.BeforeCommit(ctx) // faults: a slow worker, a deliberate abort, a kill
 	if err == nil {
@@ -143,20 +142,35 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 	case err == nil:
 		w.Hooks.Ended(records, len(accepted), nil)
 		return nil
-	case errors.Is(err, txnclient.ErrAbortable):
+	case errors.Is(err, kshare.ErrAbortable):
 		// The output is discarded and the records come back at once. An
 		// abort that fails leaves the producer unable to go on.
 		if aerr := prod.AbortTransaction(txnCtx); aerr != nil {
-			return fmt.Errorf("abort after %w: %w", err, aerr)
+			return fmt.Errorf("abort after %v: %w", err, aerr)
 		}
 		w.Logger.Info("transaction aborted; its records come back to the group", "records", len(records), "err", err)
 		w.Hooks.Ended(records, 0, err)
 		return nil
+	case errors.Is(err, kshare.ErrInDoubt):
+		// The commit was sent and its answer lost: it committed entirely
+		// or not at all. The abort learns which.
+		switch aerr := prod.AbortTransaction(txnCtx); {
+		case errors.Is(aerr, kshare.ErrCommitted):
+			w.Hooks.Ended(records, len(accepted), nil)
+			return nil
+		case aerr == nil:
+			w.Logger.Info("in-doubt transaction had not committed; its records come back to the group", "records", len(records), "err", err)
+			w.Hooks.Ended(records, 0, err)
+			return nil
+		default:
+			return fmt.Errorf("learning the outcome of %v: %w", err, aerr)
+		}
 	default:
-		// txnclient.ErrFatal: fenced by a newer instance, or a cluster
-		// without KIP-1289 (txnclient.ErrShareAcksUnsupported). Anything
-		// else is an error this loop does not know how to handle: stop
-		// rather than guess. Close aborts the open transaction if it can.
+		// kshare.ErrFatal: fenced by a newer instance.
+		// kshare.ErrUnsupported: a cluster without KIP-1289. Anything
+		// else (kshare.ErrUsage, kshare.ErrClosed) is an error this loop
+		// does not know how to handle: stop rather than guess. Close
+		// aborts the open transaction if it can.
 		return err
 	}
 }

@@ -17,10 +17,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/retry"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/producer"
-	"github.com/kshare-go/kshare/txnclient"
 )
 
 const (
@@ -320,7 +321,7 @@ func (w *txnWorker) attempt(ctx context.Context, txn, attempt int) (committed bo
 		w.commits++
 		return true, nil
 	}
-	if !errors.Is(err, txnclient.ErrAbortable) {
+	if !errors.Is(err, kshare.ErrAbortable) {
 		return false, fmt.Errorf("transaction %d attempt %d: %w", txn, attempt, err)
 	}
 	w.mu.Lock()
@@ -330,11 +331,11 @@ func (w *txnWorker) attempt(ctx context.Context, txn, attempt int) (committed bo
 	// abort itself (the coordinator still away) is retried.
 	abortErr := backoff.Retry(func() error {
 		err := w.p.AbortTransaction(ctx)
-		if err == nil || errors.Is(err, txnclient.ErrAbortable) {
+		if err == nil || errors.Is(err, kshare.ErrAbortable) {
 			return err
 		}
 		return backoff.Permanent(err)
-	}, txnclient.NewBackoff(ctx))
+	}, retry.WithContext(ctx))
 	if abortErr != nil {
 		return false, fmt.Errorf("transaction %d attempt %d: abort after %v: %w", txn, attempt, err, abortErr)
 	}

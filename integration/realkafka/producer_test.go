@@ -13,10 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/producer"
-	"github.com/kshare-go/kshare/txnclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -81,7 +82,7 @@ func TestProducerCommitsAndAbortsOnRealKafka(t *testing.T) {
 	topic := uniqueName(t, "kshare-producer")
 	testkit.CreateTopic(ctx, t, testkit.Client(t, seeds), topic, partitions)
 	p := newProducer(ctx, t, seeds, uniqueName(t, "kshare-txn"))
-	if !p.Transactions().TV2() {
+	if !p.Status().TV2 {
 		t.Fatal("Kafka 4.x finalizes transaction.version=2; the producer should run TV2")
 	}
 	want := make(map[string]bool)
@@ -153,7 +154,7 @@ func TestProducerSendOffsetsOnRealKafka(t *testing.T) {
 		member, gen = consumer.GroupMetadata()
 	}
 	p := newProducer(ctx, t, seeds, uniqueName(t, "kshare-offsets-txn"))
-	meta := txnclient.GroupMetadata{GroupID: group, MemberID: member, Generation: gen}
+	meta := producer.GroupMetadata{GroupID: group, MemberID: member, Generation: gen}
 	for _, c := range []struct {
 		at     int64
 		commit bool
@@ -184,7 +185,7 @@ func TestProducerSendOffsetsOnRealKafka(t *testing.T) {
 }
 
 // Real Kafka has no KIP-1289 APIs: SendShareAcksToTransaction fails fast
-// with ErrShareAcksUnsupported saying what the broker lacks, sends nothing,
+// with ErrUnsupported saying what the broker lacks, sends nothing,
 // and the transaction still commits.
 func TestShareAcksUnsupportedOnRealKafka(t *testing.T) {
 	seeds := kafkatest.Bootstrap(t)
@@ -200,12 +201,12 @@ func TestShareAcksUnsupportedOnRealKafka(t *testing.T) {
 	if err := p.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("v")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	acks := &wire.ShareAcks{}
-	acks.Add(topic, [16]byte{}, 0, wire.AckedRecord{Offset: 0, Type: wire.AckAccept})
+	acks := acktrack.New(nil)
+	acks.Add(topic, [16]byte{}, 0, acktrack.Record{Offset: 0, Type: int8(kshare.AckAccept)})
 	start := time.Now()
-	err := p.SendShareAcksToTransaction(ctx, acks, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
-	if !errors.Is(err, txnclient.ErrShareAcksUnsupported) || !errors.Is(err, txnclient.ErrFatal) {
-		t.Fatalf("got %v, want ErrShareAcksUnsupported (and ErrFatal)", err)
+	err := p.SendShareAcksToTransaction(ctx, (*kshare.ShareAcks)(acks), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
+	if !errors.Is(err, kshare.ErrUnsupported) || errors.Is(err, kshare.ErrFatal) {
+		t.Fatalf("got %v, want ErrUnsupported (and not ErrFatal)", err)
 	}
 	for _, lack := range []string{"API key 96 (AddShareAcksToTxn) not advertised", "API key 95 (TxnShareAcknowledge) not advertised", "share.version"} {
 		if !strings.Contains(err.Error(), lack) {
@@ -240,7 +241,7 @@ func TestZombieFencedOnRealKafka(t *testing.T) {
 	successor := newProducer(ctx, t, seeds, txnID)
 	err := zombie.CommitTransaction(ctx)
 	var ke *kerr.Error
-	if !errors.Is(err, txnclient.ErrFatal) || !errors.As(err, &ke) || ke != kerr.ProducerFenced {
+	if !errors.Is(err, kshare.ErrFatal) || !errors.As(err, &ke) || ke != kerr.ProducerFenced {
 		t.Fatalf("got %v, want ErrFatal caused by PRODUCER_FENCED", err)
 	}
 	if err := successor.BeginTransaction(); err != nil {

@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
-	"github.com/kshare-go/kshare/wire"
 )
 
 // produceValues writes count records with values "0".."count-1", spread
@@ -99,13 +100,13 @@ func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
 	released := make(map[string]bool)
 	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) {
 		i, _ := strconv.Atoi(string(r.Value))
-		typ := wire.AckAccept
+		typ := kshare.AckAccept
 		if i%4 == 1 {
-			typ = wire.AckRelease
+			typ = kshare.AckRelease
 			released[string(r.Value)] = true
 		}
 		if i%4 == 3 {
-			typ = wire.AckReject
+			typ = kshare.AckReject
 		}
 		if err := c.Ack(r, typ); err != nil {
 			t.Fatalf("ack %q: %v", r.Value, err)
@@ -123,7 +124,7 @@ func TestShareConsumerExplicitReleaseRedelivers(t *testing.T) {
 		if n, _ := c.DeliveryCount(r); n != 2 {
 			t.Errorf("record %q: delivery count %d, want 2", r.Value, n)
 		}
-		if err := c.Ack(r, wire.AckAccept); err != nil {
+		if err := c.Ack(r, kshare.AckAccept); err != nil {
 			t.Errorf("ack %q: %v", r.Value, err)
 		}
 	})
@@ -228,13 +229,14 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Transactional))
 	var recs []*kgo.Record
 	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
-	acks := c.Acks(recs, wire.AckAccept)
-	if err := acks.Tracker.Stage(acks); err != nil {
+	acks := (*acktrack.Set)(c.Acks(recs, kshare.AckAccept))
+	meta := c.GroupMetadata()
+	if err := acks.Tracker().Stage(acks, meta.GroupID, meta.MemberID); err != nil {
 		t.Fatalf("stage: %v", err)
 	}
 	first, _ := c.LockDeadline(recs[0])
 	time.Sleep(7 * time.Second) // more than twice the lock duration
-	if err := acks.Tracker.Stage(acks); err != nil {
+	if err := acks.Tracker().Stage(acks, meta.GroupID, meta.MemberID); err != nil {
 		t.Fatalf("records lost their locks although renewed: %v", err)
 	}
 	later, _ := c.LockDeadline(recs[0])
@@ -245,15 +247,16 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	c2 := newShareConsumer(t, seeds, topic, group)
 	defer c2.Close(context.Background())
 	testkit.ExpectNothing(ctx, t, c2, 4*time.Second)
-	acks.Tracker.Resolve(acks, false)
+	acks.Tracker().Resolve(acks, false)
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 }
 
-// Real Kafka has no KIP-1289 APIs: committing acknowledgements in a
-// transaction fails with ErrShareAcksUnsupported (which is also ErrFatal),
-// naming the broker and what it lacks, and sends nothing.
+// Real Kafka has no KIP-1289 APIs: the acknowledger says so at
+// InitTransactions, and committing acknowledgements in a transaction fails
+// with ErrUnsupported, naming the broker and what it lacks, and sends
+// nothing.
 func TestAcknowledgerReportsMissingKIP1289(t *testing.T) {
 	seeds := kafkatest.Bootstrap(t)
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
@@ -269,12 +272,12 @@ func TestAcknowledgerReportsMissingKIP1289(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close(context.Background())
-	if err := a.InitTransactions(ctx); err != nil {
-		t.Fatalf("init transactions: %v", err)
+	if err := a.InitTransactions(ctx); !errors.Is(err, kshare.ErrUnsupported) || !strings.Contains(err.Error(), "AddShareAcksToTxn") {
+		t.Fatalf("init transactions: got %v, want ErrUnsupported naming what the broker lacks", err)
 	}
-	err = a.CommitAcknowledgements(ctx, c.Acks(recs, wire.AckAccept), c.GroupMetadata())
-	if !errors.Is(err, txnclient.ErrShareAcksUnsupported) || !errors.Is(err, txnclient.ErrFatal) {
-		t.Fatalf("commit acknowledgements: got %v, want ErrShareAcksUnsupported", err)
+	err = a.CommitAcknowledgements(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	if !errors.Is(err, kshare.ErrUnsupported) {
+		t.Fatalf("commit acknowledgements: got %v, want ErrUnsupported", err)
 	}
 	t.Logf("as expected: %v", err)
 

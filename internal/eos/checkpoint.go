@@ -119,7 +119,7 @@ func (c *CheckpointConfig) validate() error {
 // (StoppedBy, verdict INCOMPLETE unless it found a violation), and an
 // error means the run could not be carried out: a bad config, a cluster
 // that refused the setup, a reader that could not start, or a reader
-// method that failed with an error other than txnclient.ErrAbortable (a
+// method that failed with an error other than kshare.ErrAbortable (a
 // fenced acknowledger, a cluster without KIP-1289). The run is then
 // stopped at once and not checked.
 func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReader) (CheckpointSummary, error) {

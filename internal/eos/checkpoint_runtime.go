@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
 )
 
 // SourceReader is one source reader of the stream processor that
@@ -29,13 +29,12 @@ type SourceReader interface {
 	Poll(ctx context.Context) error
 	// SnapshotState puts everything processed since the last snapshot
 	// into checkpoint id. An error declines the checkpoint, which then
-	// fails; one that does not match txnclient.ErrAbortable also stops
+	// fails; one that does not match kshare.ErrAbortable also stops
 	// the run.
 	SnapshotState(ctx context.Context, id int64) error
 	// NotifyCheckpointComplete commits checkpoint id, and every earlier
 	// one not yet committed: their acknowledgements, and their output to
-	// the sink. An error matching txnclient.ErrAbortable (and not
-	// txnclient.ErrFatal) says the checkpoint was dropped: no output, its
+	// the sink. An error matching kshare.ErrAbortable says the checkpoint was dropped: no output, its
 	// records come back; any other error stops the run.
 	NotifyCheckpointComplete(ctx context.Context, id int64) error
 	// NotifyCheckpointAborted drops checkpoint id, which failed, and
@@ -285,7 +284,7 @@ func (t *readerTask) snapshot(ctx context.Context, r SourceReader, m readerMsg) 
 		}
 	}
 	err := r.SnapshotState(ctx, m.id)
-	stop := err != nil && (!errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal))
+	stop := err != nil && !errors.Is(err, kshare.ErrAbortable)
 	switch {
 	case err == nil:
 	case stop:
@@ -323,7 +322,7 @@ func (t *readerTask) resolve(ctx context.Context, r SourceReader, m readerMsg) e
 	for _, cp := range cps {
 		values = append(values, cp.values...)
 	}
-	stop := err != nil && (!errors.Is(err, txnclient.ErrAbortable) || errors.Is(err, txnclient.ErrFatal))
+	stop := err != nil && !errors.Is(err, kshare.ErrAbortable)
 	switch {
 	case m.kind == msgComplete && err == nil:
 		if len(values) > 0 {

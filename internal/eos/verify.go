@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kshare-go/kshare/txnclient"
+	"github.com/kshare-go/kshare/internal/retry"
 )
 
 // Archive says why a record was archived at the group's delivery limit:
@@ -307,7 +307,7 @@ const fetchAttempts = 20
 // fetchOnce fetches one partition from its current leader, refreshing
 // metadata and retrying retriable errors with kshare's jittered backoff.
 func fetchOnce(ctx context.Context, cl *kgo.Client, topic string, partition int32, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
-	bo := backoff.WithMaxRetries(txnclient.NewBackoff(ctx), fetchAttempts)
+	bo := backoff.WithMaxRetries(retry.WithContext(ctx), fetchAttempts)
 	return backoff.RetryWithData(func() (*kmsg.FetchResponseTopicPartition, error) {
 		leader, topicID, err := leaderOf(ctx, cl, topic, partition)
 		if err != nil {

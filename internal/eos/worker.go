@@ -12,9 +12,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/retry"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
-	"github.com/kshare-go/kshare/txnclient"
 )
 
 // Worker is what Run hands one instance of a consume-transform-produce
@@ -202,7 +204,7 @@ func (in *instance) beforeCommit(ctx context.Context) error {
 	in.committing = time.Now()
 	in.mu.Unlock()
 	if every := p.cfg.Faults.AbortEvery; every > 0 && txn%every == 0 {
-		return txnclient.Abortable("commit transaction", errDeliberateAbort)
+		return errs.Abortable("commit transaction", errDeliberateAbort)
 	}
 	return nil
 }
@@ -413,7 +415,7 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		bo := txnclient.NewBackoff(ctx)
+		bo := retry.WithContext(ctx)
 		for ctx.Err() == nil {
 			in := p.newInstance(s, gen)
 			if in == nil {
@@ -435,7 +437,7 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 				if !sleep(ctx, wait) {
 					return
 				}
-			case fault != nil && (err == nil || errors.Is(err, txnclient.ErrFatal)):
+			case fault != nil && (err == nil || errors.Is(err, kshare.ErrFatal)):
 				in.log.Info("fault "+*fault+": the older instance stopped, fenced by the newer one, as expected", "err", err)
 				if held > 0 {
 					p.stats.waits.add(fmt.Sprintf("expired locks of the fenced older instance of worker %d", s.index),

@@ -11,8 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/kshare-go/kshare/broker"
 )
 
 // Timeout bounds the context of every test (Context), so that a broken
@@ -24,16 +22,6 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// Cluster starts a bundled cluster that the test closes, requiring the
-// close to succeed.
-func Cluster(t testing.TB, opts ...broker.Opt) *broker.Cluster {
-	t.Helper()
-	c, err := broker.NewCluster(opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	return c
 }
 
 // Client returns a kgo client on seeds, with opts, that the test closes.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 )
 
 // TestMain fails the package if a cluster or client is left running.
@@ -126,9 +127,9 @@ func TestEventually(t *testing.T) {
 // The set-up helpers work against the bundled cluster, and the request log
 // sees what they send.
 func TestClusterHelpers(t *testing.T) {
-	c := testkit.Cluster(t)
+	c := bundled.Cluster(t)
 	ctx := testkit.Context(t)
-	log := testkit.ObserveRequests(t, c)
+	log := bundled.ObserveRequests(t, c)
 	admin := testkit.Client(t, c.Bootstrap(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	testkit.CreateTopic(ctx, t, admin, "in", 2)
 	testkit.SetGroupConfigs(ctx, t, admin, "g", "share.auto.offset.reset", "earliest")

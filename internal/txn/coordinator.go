@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/kgoclient"
+	"github.com/kshare-go/kshare/internal/retry"
+	"github.com/kshare-go/kshare/wire"
 )
 
 // CoordinatorType is a FindCoordinator key type.
@@ -173,7 +175,7 @@ type coordinatorCall struct {
 // transport error).
 func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall) (kmsg.Response, error) {
 	var chk staleCheck
-	return Retry(ctx, func(ctx context.Context) (kmsg.Response, error) {
+	return retry.Do(ctx, func(ctx context.Context) (kmsg.Response, error) {
 		node, err := c.Find(ctx, call.typ, call.key)
 		if err != nil {
 			return nil, retriableOrPermanent(err)
@@ -183,6 +185,11 @@ func (c *Coordinators) callCoordinator(ctx context.Context, call coordinatorCall
 			call.sent()
 		}
 		resp, err := c.cl.Broker(int(node)).Request(ctx, req)
+		if errors.Is(err, wire.ErrMalformed) {
+			// Answered, in a form kshare does not speak: not lost, and
+			// no retry can help.
+			return nil, permanent(fmt.Errorf("%s at node %d: %w", call.op, node, err))
+		}
 		if err != nil {
 			if call.lost != nil {
 				call.lost()

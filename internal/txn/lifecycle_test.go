@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -17,8 +18,8 @@ import (
 // at a leader) runs only once the produce path is drained, and not at all
 // when the drain cannot finish.
 func TestFencingProbeDrainsFirst(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "probe")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -26,12 +27,12 @@ func TestFencingProbeDrainsFirst(t *testing.T) {
 	suspect := func() {
 		require.NoError(t, m.Begin())
 		m.MarkSent()
-		require.ErrorIs(t, m.Fail("produce", kerr.InvalidProducerEpoch), ErrAbortable)
+		require.ErrorIs(t, m.Fail("produce", kerr.InvalidProducerEpoch), kshare.ErrAbortable)
 	}
 	suspect()
 	stuck := errors.New("records still in flight")
 	err := m.Commit(ctx, nil, func(context.Context) error { return stuck })
-	require.ErrorIs(t, err, ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.Empty(t, log.Of(kmsg.EndTxn.Int16()), "no probe while records may be in flight")
 
 	drained := false
@@ -40,7 +41,7 @@ func TestFencingProbeDrainsFirst(t *testing.T) {
 		drained = true
 		return nil
 	})
-	require.ErrorIs(t, err, ErrAbortable, "the transaction still cannot commit")
+	require.ErrorIs(t, err, kshare.ErrAbortable, "the transaction still cannot commit")
 	require.True(t, drained)
 	ends := log.Of(kmsg.EndTxn.Int16())
 	require.Len(t, ends, 1, "the probe aborted the transaction")
@@ -52,10 +53,10 @@ func TestFencingProbeDrainsFirst(t *testing.T) {
 
 // Close in each state: nothing to do in Ready; a transaction that sent
 // nothing ends locally; one in progress is aborted; every call after it
-// fails with ErrUsage; a second Close returns nil.
+// fails with kshare.ErrClosed; a second Close returns nil.
 func TestCloseEndsTheTransaction(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	ctx := testCtx(t)
 	cl := newClient(t, c)
 
@@ -85,9 +86,9 @@ func TestCloseEndsTheTransaction(t *testing.T) {
 		"Abort":          open.Abort(ctx, nil),
 		"InitProducerID": open.InitProducerID(ctx, nil),
 		"SendOffsets":    open.SendOffsets(ctx, nil, GroupMetadata{GroupID: "g"}),
-		"StageShareAcks": open.StageShareAcks(ctx, &wire.ShareAcks{}, wire.ShareGroupMetadata{GroupID: "g", MemberID: "m"}),
+		"StageShareAcks": open.StageShareAcks(ctx, emptyAcks(), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"}),
 	} {
-		require.ErrorIs(t, err, ErrUsage, name)
+		require.ErrorIs(t, err, kshare.ErrClosed, name)
 		require.Contains(t, err.Error(), "closed", name)
 	}
 	require.NoError(t, open.Close(ctx, nil), "a second Close")
@@ -98,8 +99,8 @@ func TestCloseEndsTheTransaction(t *testing.T) {
 // progress: it cancels it (a Commit still flushing fails without
 // EndTxn(COMMIT)) and reports that it could not abort.
 func TestCloseCutsTheOperationInProgressShort(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "close-cut")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -119,10 +120,10 @@ func TestCloseCutsTheOperationInProgressShort(t *testing.T) {
 	dead, cancel := context.WithCancel(ctx)
 	cancel()
 	closeErr := m.Close(dead, nil)
-	require.ErrorIs(t, closeErr, ErrAbortable, "Close could not abort")
+	require.ErrorIs(t, closeErr, kshare.ErrAbortable, "Close could not abort")
 	require.Contains(t, closeErr.Error(), "left to the coordinator")
 	commitErr := <-committed
-	require.ErrorIs(t, commitErr, ErrAbortable)
+	require.ErrorIs(t, commitErr, kshare.ErrAbortable)
 	require.ErrorIs(t, commitErr, context.Canceled)
 	for _, o := range log.Of(kmsg.EndTxn.Int16()) {
 		require.False(t, o.Req.(*kmsg.EndTxnRequest).Commit, "no EndTxn(COMMIT) after Close cut the commit short")

@@ -1,13 +1,29 @@
-package testkit
+// Package bundled starts kshare's bundled cluster for tests and records
+// the requests it receives. It is the part of the test kit that imports
+// package broker: the broker's own tests cannot import it (they use
+// package testkit, which imports no kshare package), the client packages'
+// tests can.
+package bundled
 
 import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/broker"
 )
+
+// Cluster starts a bundled cluster that the test closes, requiring the
+// close to succeed.
+func Cluster(t testing.TB, opts ...broker.Opt) *broker.Cluster {
+	t.Helper()
+	c, err := broker.NewCluster(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
 
 // Observed is one request a node of the bundled cluster received.
 type Observed struct {

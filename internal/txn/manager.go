@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -163,19 +164,19 @@ type producerIDEpoch struct {
 // New returns a Manager in StateUninitialized. It sends nothing.
 func New(cfg Config) (*Manager, error) {
 	if cfg.Client == nil {
-		return nil, Usage("new transaction manager", errors.New("Config.Client is nil"))
+		return nil, errs.Usage("new transaction manager", errors.New("Config.Client is nil"))
 	}
 	if cfg.TransactionalID == "" {
-		return nil, Usage("new transaction manager", errors.New("Config.TransactionalID is empty"))
+		return nil, errs.Usage("new transaction manager", errors.New("Config.TransactionalID is empty"))
 	}
 	if cfg.TransactionTimeout < 0 {
-		return nil, Usage("new transaction manager", fmt.Errorf("negative transaction timeout %v", cfg.TransactionTimeout))
+		return nil, errs.Usage("new transaction manager", fmt.Errorf("negative transaction timeout %v", cfg.TransactionTimeout))
 	}
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = DefaultTransactionTimeout
 	}
 	if cfg.TransactionTimeout/time.Millisecond > 1<<31-1 {
-		return nil, Usage("new transaction manager", fmt.Errorf("transaction timeout %v overflows int32 milliseconds", cfg.TransactionTimeout))
+		return nil, errs.Usage("new transaction manager", fmt.Errorf("transaction timeout %v overflows int32 milliseconds", cfg.TransactionTimeout))
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -302,17 +303,17 @@ func (m *Manager) stateErr(op string) error {
 	case StateClosed:
 		return errClosed(op)
 	case StateUninitialized:
-		return Usage(op, errors.New("InitTransactions has not succeeded"))
+		return errs.Usage(op, errors.New("InitTransactions has not succeeded"))
 	case StateReady:
-		return Usage(op, errors.New("no transaction in progress"))
+		return errs.Usage(op, errors.New("no transaction in progress"))
 	}
-	return Usage(op, fmt.Errorf("not allowed while %s", m.state))
+	return errs.Usage(op, fmt.Errorf("not allowed while %s", m.state))
 }
 
 // errClosed is what every call gets once Close has begun.
-func errClosed(op string) error { return Usage(op, errors.New("producer is closed")) }
+func errClosed(op string) error { return errs.Closed(op, errors.New("producer is closed")) }
 
-// errNilContext is the cause of the ErrUsage error of a call given a nil
+// errNilContext is the cause of the kshare.ErrUsage error of a call given a nil
 // context.
 var errNilContext = errors.New("nil context")
 
@@ -350,7 +351,7 @@ func (m *Manager) FailTxn(txnNum uint64, op string, err error) error {
 	cerr := Classify(op, err)
 	m.mu.Lock()
 	defer m.unlock()
-	if txnNum == m.txnNum || errors.Is(cerr, ErrFatal) {
+	if txnNum == m.txnNum || isFatal(cerr) {
 		m.failLocked(cerr)
 	}
 	return cerr
@@ -368,7 +369,7 @@ func (m *Manager) failLocked(cerr error) {
 			m.txn.needBump = true
 		}
 	}
-	if errors.Is(cerr, ErrFatal) {
+	if isFatal(cerr) {
 		m.toFatalLocked(cerr)
 		return
 	}
@@ -382,7 +383,7 @@ func (m *Manager) failLocked(cerr error) {
 // toFatalLocked makes the Manager fatal. A transaction in progress can no
 // longer commit, so its staged acknowledgements resolve as not committed
 // (also when a commit of it is in doubt: the producer can no longer learn
-// the outcome, and the error says so with ErrInDoubt).
+// the outcome, and the error says so with kshare.ErrInDoubt).
 func (m *Manager) toFatalLocked(cerr error) {
 	if m.state == StateFatalError || m.state == StateClosed {
 		return
@@ -399,7 +400,7 @@ func (m *Manager) toFatalLocked(cerr error) {
 // TV1 brokers the produce path calls AddPartitions. The transaction timeout
 // starts now and bounds every retry until the transaction ends. It waits
 // for an operation in progress in another goroutine, and fails with
-// ErrUsage once Close has begun.
+// kshare.ErrUsage once Close has begun.
 func (m *Manager) Begin() error {
 	const op = "begin transaction"
 	_, leave, err := m.enter(context.Background(), op)
@@ -411,7 +412,7 @@ func (m *Manager) Begin() error {
 	defer m.unlock()
 	if m.state != StateReady {
 		if m.state == StateInTransaction {
-			return Usage(op, errors.New("a transaction is already in progress"))
+			return errs.Usage(op, errors.New("a transaction is already in progress"))
 		}
 		return m.stateErr(op)
 	}
@@ -434,7 +435,7 @@ func (m *Manager) resolveStagedLocked(committed bool) {
 		if committed {
 			m.stats.ShareAcksCommitted += int64(s.acks.Len())
 		}
-		if t := s.acks.Tracker; t != nil {
+		if t := s.acks.Tracker(); t != nil {
 			acks := s.acks
 			m.resolutions = append(m.resolutions, func() { t.Resolve(acks, committed) })
 		}

@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -156,7 +157,7 @@ func (c *Capabilities) addr(ctx context.Context, node int32) string {
 }
 
 // RequireShareAcks checks that every broker in nodes supports transactional
-// share acknowledgements. It returns a classified ErrShareAcksUnsupported
+// share acknowledgements. It returns a classified kshare.ErrUnsupported
 // error naming each broker and what it lacks, or an unclassified transport
 // error when a broker could not be asked.
 func (c *Capabilities) RequireShareAcks(ctx context.Context, op string, nodes []int32) error {
@@ -176,7 +177,7 @@ func (c *Capabilities) RequireShareAcks(ctx context.Context, op string, nodes []
 		}
 	}
 	if len(problems) > 0 {
-		return newError([]error{ErrShareAcksUnsupported, ErrFatal}, op, fmt.Errorf("%s", strings.Join(problems, "; ")))
+		return errs.Unsupported(op, fmt.Errorf("broker does not support transactional share acknowledgements (KIP-1289): %s", strings.Join(problems, "; ")))
 	}
 	return nil
 }
@@ -196,16 +197,4 @@ func clientAllows(cl *kgo.Client, key, v int16) bool {
 // transaction version 2, given what the client itself may send.
 func (c *Capabilities) tv2(caps *BrokerCapabilities) bool {
 	return caps.TV2() && clientAllows(c.cl, kmsg.EndTxn.Int16(), 5) && clientAllows(c.cl, kmsg.Produce.Int16(), 12)
-}
-
-// KgoMaxVersions returns the API versions a kgo client must be allowed to
-// send for kshare: kgo's stable set (kversion.Stable, kgo's default
-// kgo.MaxVersions) plus the two KIP-1289 keys, which kgo refuses to send
-// otherwise. Build every kgo.Client given to a Manager with
-// kgo.MaxVersions(txnclient.KgoMaxVersions()); package producer does.
-func KgoMaxVersions() *kversion.Versions {
-	v := kversion.Stable()
-	v.SetMaxKeyVersion(wire.TxnShareAcknowledgeKey, 0)
-	v.SetMaxKeyVersion(wire.AddShareAcksToTxnKey, 0)
-	return v
 }

@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"

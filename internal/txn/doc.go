@@ -1,6 +1,9 @@
-// Package txnclient is kshare's client transaction manager: coordinator
-// discovery, the transaction state machine, and the error taxonomy that
-// every kshare client package returns.
+// Package txn is kshare's client transaction manager: coordinator
+// discovery, the transaction state machine, and the share
+// acknowledgements a transaction carries. Package producer drives a
+// Manager (and the acknowledger does through a producer); nothing else
+// uses it, and it is internal so that the produce path and the
+// transaction can change without changing kshare's API.
 //
 // kgo's own transactional producer cannot be used for transactional share
 // acknowledgements: it keeps the producer epoch private, skips EndTxn for a
@@ -28,10 +31,10 @@
 //     waiting within its context; Close waits for the one in progress
 //     within its context and then cuts it short, so that no partial
 //     transaction commits; a commit whose EndTxn answer was lost is
-//     retried until the coordinator answers and is InDoubt (ErrInDoubt)
-//     only when the context ends first; the next Commit, Abort,
-//     InitProducerID or Close learns its outcome. See docs/design.md,
-//     "Lifecycle".
+//     retried until the coordinator answers and is InDoubt
+//     (kshare.ErrInDoubt) only when the context ends first; the next
+//     Commit, Abort, InitProducerID or Close learns its outcome. See
+//     docs/design.md, "Lifecycle".
 //   - The stale-answer defense: INVALID_TXN_STATE, PRODUCER_FENCED or
 //     INVALID_PRODUCER_ID_MAPPING from EndTxn (or from a request sent
 //     without talking to the coordinator first) is checked with a fresh
@@ -42,27 +45,19 @@
 //     commit, before EndTxn: AddShareAcksToTxn once per group to the
 //     transaction coordinator, TxnShareAcknowledge once per partition
 //     leader. Without the KIP-1289 APIs and share.version >= 3 on every
-//     broker involved, StageShareAcks returns ErrShareAcksUnsupported and
-//     sends nothing.
+//     broker involved, StageShareAcks returns kshare.ErrUnsupported and
+//     sends nothing. The tracker of the acknowledgements (the share
+//     consumer) hears Stage before they join and Resolve exactly once when
+//     the outcome is known.
 //
 // # Errors
 //
-// Retriable broker errors never reach the caller: they are retried with a
-// jittered exponential backoff (backoff/v4) until the caller's context or
-// the transaction timeout ends, and then come back as ErrAbortable. Every
-// returned error matches one of ErrAbortable (the transaction did not
-// commit: abort it; its work may be redone), ErrInDoubt (a commit's answer
-// was lost: abort, which learns the outcome), ErrCommitted (the abort found
-// that the in-doubt commit had committed), ErrFatal (close the producer:
-// fenced, unauthorized, unsupported) or ErrUsage (a call in the wrong
-// state or with bad arguments, or after Close; nothing changed).
-// ErrShareAcksUnsupported errors also match ErrFatal, and a fatal error
-// that leaves a commit in doubt also matches ErrInDoubt. The broker's
-// error stays reachable with errors.As:
-//
-//	var ke *kerr.Error
-//	if errors.As(err, &ke) && ke == kerr.ProducerFenced { ... }
-//
-// Most applications use package producer, which drives a Manager; the
-// Manager is exported for the acknowledger and for tests.
-package txnclient
+// Every error a Manager returns is classified (package internal/errs) in
+// exactly one of kshare's classes. Retriable broker errors never reach the
+// caller: they are retried with kshare's backoff (internal/retry) until
+// the caller's context or the transaction timeout ends, and then come back
+// as kshare.ErrAbortable. Broker errors after which a producer can do
+// nothing more (fatalCodes) are kshare.ErrFatal. A fatal error that leaves
+// a commit's outcome unknown is kshare.ErrFatal and says so in its
+// message.
+package txn

@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/retry"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -14,7 +16,7 @@ import (
 // GroupMetadata identifies the consumer-group member whose offsets a
 // transaction commits, as kgo's GroupTransactSession or the Java client's
 // ConsumerGroupMetadata does. The group coordinator refuses the offsets
-// (ErrAbortable) if the member or generation is no longer current. An empty
+// (kshare.ErrAbortable) if the member or generation is no longer current. An empty
 // MemberID and Generation -1 skip that check.
 type GroupMetadata struct {
 	GroupID    string
@@ -133,14 +135,14 @@ func firstPartitionError(r *kmsg.AddPartitionsToTxnResponse) int16 {
 // coordinator, which adds __consumer_offsets to the transaction itself; on
 // TV1 brokers AddOffsetsToTxn goes to the transaction coordinator first. It
 // retries until ctx or the transaction deadline ends (a lost answer is
-// retried too: committing the same offsets again is harmless). A failure,
-// including ctx ending before it could start, is recorded with Fail (the
-// transaction must not commit without the offsets) and returned
-// classified.
+// retried too: committing the same offsets again is harmless). Any
+// failure, an empty group id and ctx ending before it could start
+// included, dooms the transaction (it must not commit without the
+// offsets) and is returned classified.
 func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
 	const op = "send offsets to transaction"
 	if group.GroupID == "" {
-		return Usage(op, errors.New("empty group id"))
+		return m.doomWith(op, errs.Usage(op, errors.New("empty group id")))
 	}
 	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
@@ -187,14 +189,14 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 	for t := range offsets {
 		names = append(names, t)
 	}
-	meta, err := Retry(ctx, func(ctx context.Context) (map[string]TopicMeta, error) {
+	meta, err := retry.Do(ctx, func(ctx context.Context) (map[string]TopicMeta, error) {
 		return m.topicMeta(ctx, names, false)
 	})
 	if err != nil {
 		return m.Fail(op, err)
 	}
 	var chk AnswerCheck
-	_, err = Retry(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err = retry.Do(ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, m.txnOffsetCommit(ctx, offsets, group, pid, epoch, meta, &chk)
 	})
 	if err != nil {

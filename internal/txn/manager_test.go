@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -12,8 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
-	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -28,44 +30,52 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"huge timeout":     {Client: cl, TransactionalID: "x", TransactionTimeout: 1 << 62},
 	} {
 		_, err := New(cfg)
-		require.ErrorIs(t, err, ErrUsage, name)
+		require.ErrorIs(t, err, kshare.ErrUsage, name)
 	}
 }
 
-// Calls in the wrong state fail with ErrUsage, send nothing and change
+// Calls in the wrong state fail with kshare.ErrUsage, send nothing and change
 // nothing.
 func TestWrongStateIsUsageError(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "usage")
 	ctx := testCtx(t)
-	require.ErrorIs(t, m.Begin(), ErrUsage, "begin before init")
-	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrUsage)
-	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage)
+	require.ErrorIs(t, m.Begin(), kshare.ErrUsage, "begin before init")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrUsage)
+	require.ErrorIs(t, m.Abort(ctx, nil), kshare.ErrUsage)
 	require.Empty(t, log.Of(kmsg.InitProducerID.Int16()))
 	require.Equal(t, StateUninitialized, m.State())
 
 	require.NoError(t, m.InitProducerID(ctx, nil))
-	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrUsage, "commit without a transaction")
-	require.ErrorIs(t, m.Abort(ctx, nil), ErrUsage, "abort without a transaction")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrUsage, "commit without a transaction")
+	require.ErrorIs(t, m.Abort(ctx, nil), kshare.ErrUsage, "abort without a transaction")
 	require.NoError(t, m.Begin())
-	require.ErrorIs(t, m.Begin(), ErrUsage, "nested begin")
-	require.ErrorIs(t, m.InitProducerID(ctx, nil), ErrUsage, "init during a transaction")
-	meta := wire.ShareGroupMetadata{GroupID: "g", MemberID: "m"}
-	require.ErrorIs(t, m.StageShareAcks(ctx, nil, meta), ErrUsage)
-	var acks wire.ShareAcks
-	acks.Add("t", [16]byte{}, 0, wire.AckedRecord{Offset: 1, Type: wire.AckRenew})
-	require.ErrorIs(t, m.StageShareAcks(ctx, &acks, meta), ErrUsage, "RENEW cannot be staged")
-	require.ErrorIs(t, m.StageShareAcks(ctx, &wire.ShareAcks{}, wire.ShareGroupMetadata{GroupID: "g"}), ErrUsage, "no member id")
-	require.ErrorIs(t, m.SendOffsets(ctx, nil, GroupMetadata{}), ErrUsage, "no group id")
-	require.Equal(t, StateInTransaction, m.State(), "usage errors change nothing")
+	require.ErrorIs(t, m.Begin(), kshare.ErrUsage, "nested begin")
+	require.ErrorIs(t, m.InitProducerID(ctx, nil), kshare.ErrUsage, "init during a transaction")
+	require.Equal(t, StateInTransaction, m.State(), "usage errors of the state change nothing")
+
+	// What a transaction would carry, refused: the transaction must not
+	// commit without it.
+	meta := kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"}
+	require.ErrorIs(t, m.StageShareAcks(ctx, nil, meta), kshare.ErrUsage)
+	renew := acktrack.New(nil)
+	renew.Add("t", [16]byte{}, 0, acktrack.Record{Offset: 1, Type: int8(wire.AckRenew)})
+	require.ErrorIs(t, m.StageShareAcks(ctx, (*kshare.ShareAcks)(renew), meta), kshare.ErrUsage, "RENEW cannot be staged")
+	require.ErrorIs(t, m.StageShareAcks(ctx, emptyAcks(), kshare.ShareGroupMetadata{GroupID: "g"}), kshare.ErrUsage, "no member id")
+	require.ErrorIs(t, m.SendOffsets(ctx, nil, GroupMetadata{}), kshare.ErrUsage, "no group id")
+	require.Equal(t, StateAbortableError, m.State(), "refused acknowledgements or offsets doom the transaction")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrAbortable)
+	require.NoError(t, m.Abort(ctx, nil))
+	require.Equal(t, StateReady, m.State())
+	require.Empty(t, log.Of(kmsg.EndTxn.Int16()), "nothing was sent")
 }
 
 // A transaction that sent nothing ends without EndTxn; one that carries
 // anything ends with it, and on TV2 the epoch EndTxn returns is used.
 func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	m := newManager(t, newClient(t, c), "empty")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -98,10 +108,10 @@ func TestEndTxnOnlyWhenSomethingWasSent(t *testing.T) {
 
 // Re-initializing after an abortable error passes the current id and epoch
 // (recovery) after ending the open transaction with EndTxn(ABORT); a
-// producer that was fenced meanwhile learns it as ErrFatal.
+// producer that was fenced meanwhile learns it as kshare.ErrFatal.
 func TestInitProducerIDRecovery(t *testing.T) {
-	c := testkit.Cluster(t)
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t)
+	log := bundled.ObserveRequests(t, c)
 	cl := newClient(t, c)
 	m := newManager(t, cl, "recovery")
 	ctx := testCtx(t)
@@ -113,9 +123,9 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	require.NoError(t, m.Begin())
 	m.MarkSent()
 	err := m.Fail("produce", kerr.MessageTooLarge)
-	require.ErrorIs(t, err, ErrAbortable)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.Equal(t, StateAbortableError, m.State())
-	require.ErrorIs(t, m.Commit(ctx, nil, nil), ErrAbortable, "an abortable transaction cannot commit")
+	require.ErrorIs(t, m.Commit(ctx, nil, nil), kshare.ErrAbortable, "an abortable transaction cannot commit")
 
 	log.Reset()
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -137,7 +147,7 @@ func TestInitProducerIDRecovery(t *testing.T) {
 	require.Error(t, m.Fail("produce", kerr.MessageTooLarge))
 	require.NoError(t, newManager(t, cl, "recovery").InitProducerID(ctx, nil))
 	err = m.InitProducerID(ctx, nil)
-	require.ErrorIs(t, err, ErrFatal)
+	require.ErrorIs(t, err, kshare.ErrFatal)
 	require.ErrorIs(t, err, kerr.ProducerFenced)
 	require.Equal(t, StateFatalError, m.State())
 }
@@ -146,7 +156,7 @@ func TestInitProducerIDRecovery(t *testing.T) {
 // Begin numbers transactions, and the end of one keeps its number until
 // the next Begin.
 func TestTxnStateNumbersTransactions(t *testing.T) {
-	c := testkit.Cluster(t)
+	c := bundled.Cluster(t)
 	m := newManager(t, newClient(t, c), "numbered")
 	ctx := testCtx(t)
 	st, n := m.TxnState()
@@ -175,7 +185,7 @@ func TestTxnStateNumbersTransactions(t *testing.T) {
 // a repeat with the coordinator unmoved is final; a moved coordinator means
 // another retry. Other codes are final at once.
 func TestConfirmAnswer(t *testing.T) {
-	c := testkit.Cluster(t, broker.Nodes(2))
+	c := bundled.Cluster(t, broker.Nodes(2))
 	m := newManager(t, newClient(t, c), "confirm")
 	ctx := testCtx(t)
 	require.NoError(t, m.InitProducerID(ctx, nil))
@@ -194,8 +204,8 @@ func TestConfirmAnswer(t *testing.T) {
 
 // FindCoordinator answers are cached until forgotten; Refresh asks again.
 func TestCoordinatorCache(t *testing.T) {
-	c := testkit.Cluster(t, broker.Nodes(3))
-	log := testkit.ObserveRequests(t, c)
+	c := bundled.Cluster(t, broker.Nodes(3))
+	log := bundled.ObserveRequests(t, c)
 	co := NewCoordinators(newClient(t, c), nil)
 	ctx := testCtx(t)
 	node, err := co.Find(ctx, TransactionCoordinator, "cached")
@@ -226,7 +236,7 @@ func TestCoordinatorCache(t *testing.T) {
 // share.version >= 3, or a message naming the broker and what it lacks.
 func TestCapabilities(t *testing.T) {
 	ctx := testCtx(t)
-	with := testkit.Cluster(t)
+	with := bundled.Cluster(t)
 	caps := NewCapabilities(newClient(t, with))
 	b, err := caps.Of(ctx, 0)
 	require.NoError(t, err)
@@ -234,10 +244,10 @@ func TestCapabilities(t *testing.T) {
 	require.Empty(t, b.ShareAcksMissing())
 	require.NoError(t, caps.RequireShareAcks(ctx, "op", []int32{0}))
 
-	without := testkit.Cluster(t, broker.ShareTxnAPIs(false))
+	without := bundled.Cluster(t, broker.ShareTxnAPIs(false))
 	caps = NewCapabilities(newClient(t, without))
 	err = caps.RequireShareAcks(ctx, "op", []int32{0})
-	require.ErrorIs(t, err, ErrShareAcksUnsupported)
+	require.ErrorIs(t, err, kshare.ErrUnsupported)
 	require.Contains(t, err.Error(), "broker 0 (")
 	require.Contains(t, err.Error(), "API key 95 (TxnShareAcknowledge) not advertised")
 	require.Contains(t, err.Error(), "API key 96 (AddShareAcksToTxn) not advertised")
@@ -245,7 +255,7 @@ func TestCapabilities(t *testing.T) {
 	// A client pinned below the KIP-1289 keys cannot send them either.
 	pinned := NewCapabilities(newClient(t, with, kgo.MaxVersions(kversion.V4_0_0())))
 	err = pinned.RequireShareAcks(ctx, "op", []int32{0})
-	require.ErrorIs(t, err, ErrShareAcksUnsupported)
+	require.ErrorIs(t, err, kshare.ErrUnsupported)
 	require.Contains(t, err.Error(), "kgo.MaxVersions pin")
 }
 
@@ -259,10 +269,10 @@ func TestSendOffsets(t *testing.T) {
 			name = "TV1"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := testkit.Cluster(t)
+			c := bundled.Cluster(t)
 			const topic, group = "offsets", "offsets-group"
 			createTopic(t, c, topic, 1)
-			log := testkit.ObserveRequests(t, c)
+			log := bundled.ObserveRequests(t, c)
 			ctx := testCtx(t)
 			consumer := newClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond))
 			var member string

@@ -1,9 +1,10 @@
-package txnclient
+package txn
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -11,14 +12,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/kgoclient"
+	"github.com/kshare-go/kshare/internal/retry"
 	"github.com/kshare-go/kshare/wire"
 )
 
 // stagedAcks is one StageShareAcks call waiting for commit.
 type stagedAcks struct {
-	acks *wire.ShareAcks
-	meta wire.ShareGroupMetadata
+	acks *acktrack.Set
+	meta kshare.ShareGroupMetadata
 }
 
 // memberKey identifies the share-group member whose records are staged.
@@ -34,27 +39,24 @@ type memberKey struct {
 //
 // It first checks that the transaction coordinator and every leader of an
 // acknowledged partition advertise the KIP-1289 APIs and finalized
-// share.version >= 3; if one does not, it returns ErrShareAcksUnsupported
-// (naming the broker and what it lacks) and changes nothing. Then it calls
-// acks.Tracker.Stage, if set: an error there (an expired acquisition lock,
-// say) fails the transaction with ErrAbortable, since committing it without
-// these acknowledgements would break exactly-once. Any other failure
-// (including ctx ending, before or during the checks) fails the
-// transaction the same way.
+// share.version >= 3; if one does not, it returns an ErrUnsupported error
+// (naming the broker and what it lacks) and changes nothing. Any other
+// failure dooms the transaction, which must not commit without these
+// acknowledgements: invalid acknowledgements or metadata (ErrUsage), the
+// tracker's refusal (ErrAbortable for an expired lock, the tracker's own
+// class otherwise), ctx ending before or during the checks (ErrAbortable).
 //
-// Once Tracker.Stage has accepted acks, Tracker.Resolve is called exactly
-// once: with true when the transaction is known to have committed, with
-// false when it aborted, when StageShareAcks itself fails afterwards, or
-// when the outcome can no longer be learned (Close, a fatal error). If
-// StageShareAcks fails before Tracker.Stage accepted acks, Resolve is
+// Once the tracker's Stage has accepted acks, its Resolve is called
+// exactly once: with true when the transaction is known to have
+// committed, with false when it aborted, when StageShareAcks itself fails
+// afterwards, or when the outcome can no longer be learned (Close, a fatal
+// error). If StageShareAcks fails before Stage accepted acks, Resolve is
 // never called for them.
-//
-// The Manager keeps acks until then: do not modify it after the call.
-// Only ACCEPT, RELEASE and REJECT can be staged.
-func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+func (m *Manager) StageShareAcks(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	const op = "send share acknowledgements to transaction"
-	if err := ValidateShareAcks(acks, meta); err != nil {
-		return Usage(op, err)
+	set := (*acktrack.Set)(acks)
+	if err := ValidateShareAcks(set, meta); err != nil {
+		return m.doomWith(op, errs.Usage(op, err))
 	}
 	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
@@ -65,14 +67,14 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	if err != nil {
 		return err
 	}
-	if acks.Len() == 0 {
+	if set.Len() == 0 {
 		return nil
 	}
 	ctx, cancel := withDeadline(ctx, deadline)
 	defer cancel()
 
-	topics := topicsOf(acks)
-	_, err = Retry(ctx, func(ctx context.Context) (struct{}, error) {
+	topics := topicsOf(set)
+	_, err = retry.Do(ctx, func(ctx context.Context) (struct{}, error) {
 		coord, err := m.coords.Find(ctx, TransactionCoordinator, m.txnID)
 		if err != nil {
 			return struct{}{}, retriableOrPermanent(err)
@@ -82,7 +84,7 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 			return struct{}{}, err
 		}
 		nodes := []int32{coord}
-		for _, tp := range acks.Partitions() {
+		for _, tp := range set.Partitions() {
 			leader, ok := meta[tp.Topic].Leaders[tp.Partition]
 			if !ok {
 				return struct{}{}, permanent(fmt.Errorf("partition %s/%d: %w", tp.Topic, tp.Partition, kerr.UnknownTopicOrPartition))
@@ -90,20 +92,21 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 			nodes = append(nodes, leader)
 		}
 		err = m.caps.RequireShareAcks(ctx, op, dedupNodes(nodes))
-		if errors.Is(err, ErrShareAcksUnsupported) {
+		if errors.Is(err, kshare.ErrUnsupported) {
 			return struct{}{}, permanent(err)
 		}
 		return struct{}{}, err
 	})
-	if errors.Is(err, ErrShareAcksUnsupported) {
+	if errors.Is(err, kshare.ErrUnsupported) {
 		return err
 	}
 	if err != nil {
 		return m.Fail(op, err)
 	}
-	if acks.Tracker != nil {
-		if err := acks.Tracker.Stage(acks); err != nil {
-			return m.Fail(op, Abortable(op, err))
+	t := set.Tracker()
+	if t != nil {
+		if err := t.Stage(set, meta.GroupID, meta.MemberID); err != nil {
+			return m.doomWith(op, trackerRefusal(op, err))
 		}
 	}
 	// A failure of the produce path may have ended the transaction since
@@ -114,40 +117,69 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *wire.ShareAcks, meta
 	if m.state != StateInTransaction {
 		err := m.stateErr(op)
 		m.unlock()
-		if acks.Tracker != nil {
-			acks.Tracker.Resolve(acks, false)
+		if t != nil {
+			t.Resolve(set, false)
 		}
 		return err
 	}
-	m.txn.staged = append(m.txn.staged, stagedAcks{acks: acks, meta: meta})
+	m.txn.staged = append(m.txn.staged, stagedAcks{acks: set, meta: meta})
 	m.unlock()
 	return nil
 }
 
+// trackerRefusal classifies a tracker's refusal to stage: a classified
+// refusal keeps its class (ErrAbortable for an expired lock, ErrUsage for
+// records the consumer does not hold, ErrClosed for a closed consumer),
+// anything else is abortable.
+func trackerRefusal(op string, err error) error {
+	if c := errs.ClassOf(err); c != nil {
+		return errs.New(c, op, err)
+	}
+	return errs.Abortable(op, err)
+}
+
+// doomWith dooms the transaction in progress, which must not commit
+// without what op failed to add to it, and returns err. Outside a
+// transaction it only returns err.
+func (m *Manager) doomWith(op string, err error) error {
+	m.mu.Lock()
+	defer m.unlock()
+	switch m.state {
+	case StateInTransaction, StateCommitting:
+		m.setState(StateAbortableError)
+		m.err = errs.Abortable(op, fmt.Errorf("the transaction cannot commit: %w", err))
+	}
+	return err
+}
+
 // ValidateShareAcks reports why acks, the acknowledgements of records that
 // member meta holds, cannot be staged in a transaction: nil acks, metadata
-// without a group or member id, or an acknowledgement type other than
-// ACCEPT, RELEASE and REJECT. StageShareAcks checks this first; the
-// acknowledger checks it when a checkpoint is staged, long before its
-// transaction. The error is unclassified (callers wrap it with Usage).
-func ValidateShareAcks(acks *wire.ShareAcks, meta wire.ShareGroupMetadata) error {
+// without a group or member id, acknowledgements merged from two
+// consumers, or an acknowledgement type other than ACCEPT, RELEASE and
+// REJECT. StageShareAcks checks this first; the acknowledger checks it
+// when a checkpoint is staged, long before its transaction. The error is
+// unclassified (callers wrap it with errs.Usage).
+func ValidateShareAcks(acks *acktrack.Set, meta kshare.ShareGroupMetadata) error {
 	if acks == nil {
 		return errors.New("nil acknowledgements")
 	}
 	if meta.GroupID == "" || meta.MemberID == "" {
 		return fmt.Errorf("share group metadata needs a group id and a member id (got %q, %q)", meta.GroupID, meta.MemberID)
 	}
+	if acks.Mixed() {
+		return errors.New("the acknowledgements merge those of two consumers; put each consumer's in the transaction on its own")
+	}
 	for _, tp := range acks.Partitions() {
 		for _, r := range acks.Records(tp) {
-			if !r.Type.Transactional() {
-				return fmt.Errorf("offset %d of %s/%d: %s cannot be staged in a transaction", r.Offset, tp.Topic, tp.Partition, r.Type)
+			if !wire.AckType(r.Type).Transactional() {
+				return fmt.Errorf("offset %d of %s/%d: %s cannot be staged in a transaction", r.Offset, tp.Topic, tp.Partition, kshare.AckType(r.Type))
 			}
 		}
 	}
 	return nil
 }
 
-func topicsOf(acks *wire.ShareAcks) []string {
+func topicsOf(acks *acktrack.Set) []string {
 	var out []string
 	for _, tp := range acks.Partitions() {
 		if len(out) == 0 || out[len(out)-1] != tp.Topic {
@@ -178,7 +210,7 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	pid, epoch := m.ProducerID()
 
 	groups := make(map[string]map[string]map[int32]bool)
-	merged := make(map[memberKey]*wire.ShareAcks)
+	merged := make(map[memberKey]*acktrack.Set)
 	var members []memberKey
 	for _, s := range staged {
 		g := groups[s.meta.GroupID]
@@ -194,10 +226,9 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 		}
 		k := memberKey{s.meta.GroupID, s.meta.MemberID, s.meta.MemberEpoch}
 		if merged[k] == nil {
-			merged[k] = new(wire.ShareAcks)
 			members = append(members, k)
 		}
-		merged[k].Merge(s.acks)
+		merged[k] = merged[k].Merge(s.acks)
 	}
 	groupIDs := make([]string, 0, len(groups))
 	for g := range groups {
@@ -268,14 +299,14 @@ var leaderRetryCodes = map[int16]bool{
 // retries partitions whose leader moved until every partition is staged or
 // one fails for good (INVALID_RECORD_STATE, a member error, a confirmed
 // fencing answer).
-func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.ShareAcks, pid int64, epoch int16) error {
-	pending := make(map[wire.TopicPartition]bool)
+func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrack.Set, pid int64, epoch int16) error {
+	pending := make(map[acktrack.TopicPartition]bool)
 	for _, tp := range acks.Partitions() {
 		pending[tp] = true
 	}
 	fresh := false
 	var chk AnswerCheck
-	_, err := Retry(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := retry.Do(ctx, func(ctx context.Context) (struct{}, error) {
 		topics := make([]string, 0, len(pending))
 		seen := make(map[string]bool)
 		for tp := range pending {
@@ -308,7 +339,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.Sh
 				}
 				byLeader[leader] = req
 			}
-			addToRequest(req, id, tp.Partition, acks.Batches(tp))
+			addToRequest(req, id, tp.Partition, coalesce(acks.Records(tp)))
 		}
 		results := m.sendToLeaders(ctx, byLeader)
 		fresh = false
@@ -325,7 +356,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.Sh
 		}
 		for _, res := range results {
 			if res.err != nil {
-				if isContextErr(res.err) || errors.Is(res.err, kgo.ErrClientClosed) {
+				if isContextErr(res.err) || errors.Is(res.err, kgo.ErrClientClosed) || errors.Is(res.err, wire.ErrMalformed) {
 					return struct{}{}, permanent(res.err)
 				}
 				fresh, retryErr = true, res.err
@@ -335,7 +366,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *wire.Sh
 				name := nameOf(meta, acks, t.TopicID)
 				for _, p := range t.Partitions {
 					code, msg, missing := res.codeOf(t.TopicID, p.Partition)
-					tp := wire.TopicPartition{Topic: name, Partition: p.Partition}
+					tp := acktrack.TopicPartition{Topic: name, Partition: p.Partition}
 					if code == 0 && !missing {
 						delete(pending, tp)
 						continue
@@ -382,7 +413,7 @@ func addToRequest(req *wire.TxnShareAcknowledgeRequest, id [16]byte, partition i
 	t.Partitions = append(t.Partitions, wire.TxnShareAcknowledgePartition{Partition: partition, AcknowledgementBatches: batches})
 }
 
-func nameOf(meta map[string]TopicMeta, acks *wire.ShareAcks, id [16]byte) string {
+func nameOf(meta map[string]TopicMeta, acks *acktrack.Set, id [16]byte) string {
 	for name, tm := range meta {
 		if aid, ok := acks.TopicID(name); ok && aid == id {
 			return name
@@ -452,4 +483,32 @@ func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnSha
 	}
 	wg.Wait()
 	return results
+}
+
+// coalesce turns one partition's acknowledgements into wire batches:
+// offsets sorted, the last acknowledgement given for an offset winning,
+// runs of consecutive offsets of one type merged.
+func coalesce(recs []acktrack.Record) []wire.AcknowledgementBatch {
+	if len(recs) == 0 {
+		return nil
+	}
+	last := make(map[int64]wire.AckType, len(recs))
+	for _, r := range recs {
+		last[r.Offset] = wire.AckType(r.Type)
+	}
+	offsets := make([]int64, 0, len(last))
+	for o := range last {
+		offsets = append(offsets, o)
+	}
+	slices.Sort(offsets)
+	var out []wire.AcknowledgementBatch
+	for _, o := range offsets {
+		t := last[o]
+		if n := len(out); n > 0 && out[n-1].LastOffset == o-1 && out[n-1].AcknowledgeType == t {
+			out[n-1].LastOffset = o
+			continue
+		}
+		out = append(out, wire.AcknowledgementBatch{FirstOffset: o, LastOffset: o, AcknowledgeType: t})
+	}
+	return out
 }

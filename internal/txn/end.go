@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -33,14 +35,14 @@ func (m *Manager) needsEndTxnLocked() bool {
 // failure before EndTxn(COMMIT) was sent, the Manager is in AbortableError
 // (call Abort) or FatalError; the error says which. If EndTxn(COMMIT) was
 // sent and ctx or the deadline ended before an answer came, the error
-// matches ErrInDoubt and the Manager is InDoubt: nothing is resolved until
+// matches kshare.ErrInDoubt and the Manager is InDoubt: nothing is resolved until
 // Commit (which retries the commit), Abort or InitProducerID learns the
 // outcome from the coordinator, or Close tries to. drain is the produce
 // path's drain, run before the EndTxn(ABORT) with which a commit that
 // failed on an epoch error finds out whether the producer was fenced.
 //
 // If ctx has ended before Commit could start, the transaction is doomed
-// too (ErrAbortable). If Close gives up waiting for Commit, Commit's
+// too (kshare.ErrAbortable). If Close gives up waiting for Commit, Commit's
 // context ends: a commit that had not sent EndTxn(COMMIT) fails without
 // sending it.
 func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context) error) error {
@@ -132,12 +134,12 @@ func (m *Manager) endCommit(ctx context.Context, op string, drain func(context.C
 		// Confirmed by the current coordinator: it holds no commit of
 		// this transaction, so the earlier attempt was not applied.
 		m.txn.inDoubt = false
-		cerr := Fatal(op, err)
+		cerr := errs.Fatal(op, err)
 		m.toFatalLocked(cerr)
 		return cerr
 	}
-	cerr := InDoubt(op, err)
-	if errors.Is(cerr, ErrFatal) {
+	cerr := inDoubtErr(op, err)
+	if isFatal(cerr) {
 		m.toFatalLocked(cerr)
 		return cerr
 	}
@@ -187,7 +189,7 @@ func (m *Manager) probeFenced(ctx context.Context, op string, drain func(context
 		var ke *kerr.Error
 		if errors.As(perr, &ke) && ke.Code == kerr.ProducerFenced.Code {
 			m.mu.Lock()
-			m.toFatalLocked(Fatal(op, perr))
+			m.toFatalLocked(errs.Fatal(op, perr))
 			m.unlock()
 		}
 		return m.Err()
@@ -210,7 +212,7 @@ func (m *Manager) probeFenced(ctx context.Context, op string, drain func(context
 // After an in-doubt commit, the EndTxn(ABORT) learns the outcome: it
 // aborts the transaction if the commit was not applied, and is answered
 // INVALID_TXN_STATE if it was; Abort then fetches the epoch the commit
-// moved to and returns an error matching ErrCommitted (the metrics and the
+// moved to and returns an error matching kshare.ErrCommitted (the metrics and the
 // staged acknowledgements say committed too).
 //
 // On success the Manager is Ready and staged acknowledgements resolve as
@@ -228,7 +230,7 @@ func (m *Manager) Abort(ctx context.Context, drain func(context.Context) error) 
 	case StateInTransaction, StateAbortableError, StateInDoubt:
 	case StateReady:
 		m.unlock()
-		return Usage(op, errors.New("no transaction in progress"))
+		return errs.Usage(op, errors.New("no transaction in progress"))
 	default:
 		err := m.stateErr(op)
 		m.unlock()
@@ -258,10 +260,10 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 		m.mu.Lock()
 		defer m.unlock()
 		if m.txn.inDoubt {
-			cerr = InDoubt(op, err)
+			cerr = inDoubtErr(op, err)
 		}
 		switch {
-		case errors.Is(cerr, ErrFatal):
+		case isFatal(cerr):
 			m.toFatalLocked(cerr)
 		case m.txn.inDoubt:
 			m.setState(StateInDoubt)
@@ -301,12 +303,12 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 				// committed: the EndTxn(COMMIT) whose answer was lost had
 				// been applied. Its answer carries no epoch; fetch it.
 				committed, reinit = true, true
-				outcome = newError([]error{ErrCommitted}, op, fmt.Errorf("its EndTxn(COMMIT) had been applied and the answer was lost: %w", err))
+				outcome = errs.Committed(op, fmt.Errorf("its EndTxn(COMMIT) had been applied and the answer was lost: %w", err))
 			case inDoubt && known && (ke.Code == kerr.InvalidProducerIDMapping.Code || ke.Code == kerr.UnknownProducerID.Code):
 				// The coordinator no longer knows the producer: the
 				// outcome cannot be learned any more.
 				reinit = true
-				outcome = InDoubt(op, fmt.Errorf("the coordinator no longer knows the producer, so the outcome cannot be learned: %w", err))
+				outcome = errs.InDoubt(op, fmt.Errorf("the coordinator no longer knows the producer, so the outcome cannot be learned: %w", err))
 			case !inDoubt && known && recoverableByReinit(ke.Code):
 				m.logger.Info("EndTxn(ABORT) refused; re-initializing the producer id to abort", "err", err)
 				reinit = true
@@ -315,7 +317,7 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 			}
 		}
 		m.mu.Lock()
-		if errors.Is(outcome, ErrInDoubt) {
+		if errors.Is(outcome, kshare.ErrInDoubt) {
 			m.resolveStagedLocked(false)
 			m.txn = txnScope{over: true}
 		} else {
@@ -327,7 +329,10 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 		if err := m.initProducerIDLocked(ctx); err != nil {
 			cerr := fail(err)
 			if outcome != nil {
-				return fmt.Errorf("%w (then: %w)", outcome, cerr)
+				// The outcome is what the caller must hear (a commit
+				// learned late is still a commit); the state keeps the
+				// refresh's failure for the next call.
+				return errs.New(errs.ClassOf(outcome), op, fmt.Errorf("%w; then refreshing the epoch failed: %w", errs.Cause(outcome), errs.Cause(cerr)))
 			}
 			return cerr
 		}

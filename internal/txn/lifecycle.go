@@ -1,4 +1,4 @@
-package txnclient
+package txn
 
 import (
 	"context"
@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // enter waits, within ctx, until no other state-changing operation runs,
 // and returns the context op runs in (ctx, also ended when Close gives up
 // waiting for op) and the function that ends op. Once Close has begun,
-// operations fail with ErrUsage at once. If ctx ends first, the error is
+// operations fail with kshare.ErrUsage at once. If ctx ends first, the error is
 // ctx's, classified.
 func (m *Manager) enter(ctx context.Context, op string) (context.Context, func(), error) {
 	if ctx == nil {
-		return nil, nil, Usage(op, errNilContext)
+		return nil, nil, errs.Usage(op, errNilContext)
 	}
 	select {
 	case m.sem <- struct{}{}:
@@ -47,7 +49,7 @@ func (m *Manager) enter(ctx context.Context, op string) (context.Context, func()
 // that the transaction will not commit).
 func (m *Manager) enterDooming(ctx context.Context, op string) (context.Context, func(), error) {
 	opCtx, leave, err := m.enter(ctx, op)
-	if err != nil && !errors.Is(err, ErrUsage) {
+	if err != nil && errors.Is(err, kshare.ErrAbortable) { // ctx ended
 		return nil, nil, m.Fail(op, err)
 	}
 	return opCtx, leave, err
@@ -84,7 +86,7 @@ func (m *Manager) InitProducerID(ctx context.Context, drain func(context.Context
 		// Learning that an in-doubt commit committed is a success here:
 		// the transaction is over and the epoch fresh once Ready.
 		err := m.abortLocked(ctx, op, drain, true)
-		if err != nil && (!errors.Is(err, ErrCommitted) || m.State() != StateReady) {
+		if err != nil && (!errors.Is(err, kshare.ErrCommitted) || m.State() != StateReady) {
 			return err
 		}
 		return nil
@@ -96,7 +98,7 @@ func (m *Manager) InitProducerID(ctx context.Context, drain func(context.Context
 	if err := m.initProducerIDLocked(ctx); err != nil {
 		m.mu.Lock()
 		defer m.unlock()
-		if errors.Is(err, ErrFatal) {
+		if isFatal(err) {
 			m.toFatalLocked(err)
 		}
 		return err
@@ -159,13 +161,13 @@ func (m *Manager) initProducerIDLocked(ctx context.Context) error {
 //
 // Close returns nil when no transaction is left open or unknown: none was
 // in progress, it aborted it, or it learned that the in-doubt commit had
-// committed. It returns the error (ErrAbortable, or ErrInDoubt when a
+// committed. It returns the error (kshare.ErrAbortable, or kshare.ErrInDoubt when a
 // commit's outcome could not be learned) when it could not end the
 // transaction; the coordinator then aborts it when the transaction
 // timeout passes, or when the next producer with this transactional id
 // initializes. Either way every staged acknowledgement has been resolved
 // once when Close returns (as not committed unless the commit is known to
-// have committed), every later call fails with ErrUsage, and calling Close
+// have committed), every later call fails with kshare.ErrUsage, and calling Close
 // again returns nil at once. A nil ctx is taken as context.Background().
 func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) error {
 	const op = "close"
@@ -194,7 +196,7 @@ func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) 
 	case StateInTransaction, StateAbortableError, StateInDoubt:
 		ctx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
-		if aerr := m.abortLocked(ctx, op, drain, false); aerr != nil && !errors.Is(aerr, ErrCommitted) {
+		if aerr := m.abortLocked(ctx, op, drain, false); aerr != nil && !errors.Is(aerr, kshare.ErrCommitted) {
 			err = fmt.Errorf("%w (the transaction is left to the coordinator, which aborts it when its timeout passes or when the next producer with this transactional id initializes)", aerr)
 		}
 	}

@@ -1,0 +1,192 @@
+// Package acktrack holds the data behind kshare.ShareAcks and the
+// tracker through which a share consumer follows its acknowledgements
+// into a transaction and learns how it ended.
+//
+// kshare.ShareAcks is defined as this package's Set (type ShareAcks
+// acktrack.Set), so that the packages of this module convert between the
+// two (*acktrack.Set)(acks) and reach the tracker and the records, while
+// applications, which cannot import an internal package, hold an opaque
+// value they can read through kshare's methods and never change. Only the
+// share consumer creates a Set with a tracker; only the transaction
+// manager and the acknowledger call the tracker.
+//
+// This package imports nothing of kshare: the root package imports it.
+package acktrack
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// TopicPartition names a partition by topic name; it converts to and
+// from kshare.TopicPartition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Record is one acknowledged offset: its type (a kshare.AckType value,
+// numbered as on the wire) and the lock deadline the consumer knew when it
+// built the acknowledgement (zero if unknown).
+type Record struct {
+	Offset       int64
+	Type         int8
+	LockDeadline time.Time
+}
+
+// Tracker follows acknowledgements through a transaction. The share
+// consumer implements it with an unexported type, so that applications
+// cannot call it. Implementations are safe for concurrent use.
+type Tracker interface {
+	// Stage is called before the acknowledgements join a transaction, by
+	// the member group/member (the metadata the transaction will carry).
+	// An error keeps them out of it; nothing changes then.
+	Stage(acks *Set, group, member string) error
+	// Resolve is called once for every Set that Stage accepted: when the
+	// transaction it joined committed (true) or aborted, or once it is
+	// known never to be sent (false).
+	Resolve(acks *Set, committed bool)
+}
+
+// Set is a set of acknowledgements: per partition, the offsets and their
+// types, the topic ids the consumer knew, and the tracker of the consumer
+// that built it. The zero value is an empty set without a tracker. A Set
+// that applications hold is never changed: Merge builds a new one.
+type Set struct {
+	parts    map[TopicPartition][]Record
+	topicIDs map[string][16]byte
+	tracker  Tracker
+	// mixed marks a Set merged from the acknowledgements of two
+	// trackers (two consumers): it cannot be staged.
+	mixed bool
+}
+
+// New returns an empty Set followed by t (nil for none).
+func New(t Tracker) *Set { return &Set{tracker: t} }
+
+// Tracker returns the tracker that follows s, or nil.
+func (s *Set) Tracker() Tracker {
+	if s == nil {
+		return nil
+	}
+	return s.tracker
+}
+
+// Mixed reports whether s merges the acknowledgements of two trackers.
+func (s *Set) Mixed() bool { return s != nil && s.mixed }
+
+// Add records one acknowledgement in s, which must not have been handed
+// out yet. topicID may be zero when unknown; the sender resolves it from
+// metadata.
+func (s *Set) Add(topic string, topicID [16]byte, partition int32, rec Record) {
+	if s.parts == nil {
+		s.parts = make(map[TopicPartition][]Record)
+	}
+	tp := TopicPartition{topic, partition}
+	s.parts[tp] = append(s.parts[tp], rec)
+	if topicID != ([16]byte{}) {
+		if s.topicIDs == nil {
+			s.topicIDs = make(map[string][16]byte)
+		}
+		s.topicIDs[topic] = topicID
+	}
+}
+
+// Merge returns a new Set with the acknowledgements of s and then other;
+// neither changes. A later acknowledgement of an offset replaces an
+// earlier one when batches are built. The result keeps the tracker the
+// non-empty inputs share; if they have different trackers it is mixed
+// and cannot be staged. Either may be nil.
+func (s *Set) Merge(other *Set) *Set {
+	out := &Set{}
+	for _, in := range []*Set{s, other} {
+		if in == nil || (in.Len() == 0 && !in.mixed) {
+			continue
+		}
+		switch {
+		case out.Len() == 0 && !out.mixed:
+			out.tracker, out.mixed = in.tracker, in.mixed
+		case in.mixed || out.tracker != in.tracker:
+			out.mixed, out.tracker = true, nil
+		}
+		in.each(func(tp TopicPartition, id [16]byte, r Record) { out.Add(tp.Topic, id, tp.Partition, r) })
+	}
+	return out
+}
+
+// Retyped returns a copy of s, followed by tracker t, whose every
+// acknowledgement has type typ(old type).
+func (s *Set) Retyped(t Tracker, typ func(int8) int8) *Set {
+	out := New(t)
+	s.each(func(tp TopicPartition, id [16]byte, r Record) {
+		r.Type = typ(r.Type)
+		out.Add(tp.Topic, id, tp.Partition, r)
+	})
+	return out
+}
+
+// each calls fn for every acknowledgement, partition by partition in
+// order, each partition's in the order added.
+func (s *Set) each(fn func(tp TopicPartition, id [16]byte, r Record)) {
+	for _, tp := range s.Partitions() {
+		id := s.topicIDs[tp.Topic]
+		for _, r := range s.parts[tp] {
+			fn(tp, id, r)
+		}
+	}
+}
+
+// Len returns the number of acknowledgements.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, recs := range s.parts {
+		n += len(recs)
+	}
+	return n
+}
+
+// Partitions returns the acknowledged partitions, sorted by topic and
+// partition.
+func (s *Set) Partitions() []TopicPartition {
+	if s == nil {
+		return nil
+	}
+	out := make([]TopicPartition, 0, len(s.parts))
+	for tp := range s.parts {
+		out = append(out, tp)
+	}
+	SortTopicPartitions(out)
+	return out
+}
+
+// Records returns the acknowledgements of one partition in the order
+// added. The slice is s's own: do not modify it.
+func (s *Set) Records(tp TopicPartition) []Record {
+	if s == nil {
+		return nil
+	}
+	return s.parts[tp]
+}
+
+// TopicID returns the topic id recorded for topic, if any.
+func (s *Set) TopicID(topic string) ([16]byte, bool) {
+	if s == nil {
+		return [16]byte{}, false
+	}
+	id, ok := s.topicIDs[topic]
+	return id, ok
+}
+
+// SortTopicPartitions sorts tps by topic name, then partition.
+func SortTopicPartitions(tps []TopicPartition) {
+	slices.SortFunc(tps, func(a, b TopicPartition) int {
+		if c := cmp.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Partition, b.Partition)
+	})
+}
