@@ -185,11 +185,6 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 				return kerr.TransactionalIDNotFound
 			}
 			if err := c.verifyTransactionalProduce(txnID, b.pid, b.epoch, p, version); err != nil {
-				if err == kerr.ProducerFenced {
-					// Kafka's leaders answer a fenced producer's write
-					// with INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED.
-					return kerr.InvalidProducerEpoch
-				}
 				return err
 			}
 		}
@@ -203,4 +198,26 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 	}
 	sp.LogStartOffset = p.logStart
 	return nil
+}
+
+// verifyTransactionalProduce checks a transactional batch with the
+// transaction coordinator before it is appended: produce v12+ (TV2) adds
+// the partition to the transaction, older versions only verify that the
+// client added it (KIP-890 part 1). A fenced producer reads
+// INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED, as Kafka's leaders answer
+// it; produce v11 brought TRANSACTION_ABORTABLE (KIP-1050), so older
+// versions read INVALID_TXN_STATE instead, as Kafka tells them.
+func (c *Cluster) verifyTransactionalProduce(txnID string, pid int64, epoch int16, p *partition, version int16) *kerr.Error {
+	join := txnVerifyOnly
+	if version >= 12 {
+		join = txnAdd
+	}
+	switch err := c.verifyTxnWrite(txnID, pid, epoch, p, join); {
+	case err == kerr.ProducerFenced:
+		return kerr.InvalidProducerEpoch
+	case err == kerr.TransactionAbortable && version < 11:
+		return kerr.InvalidTxnState
+	default:
+		return err
+	}
 }

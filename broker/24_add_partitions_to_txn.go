@@ -4,7 +4,7 @@ package broker
 //
 // v0-3 is the client form of TV1: the producer adds the partitions it is
 // about to write, one transaction per request. v4-5 is the broker form a
-// partition leader sends (00_produce.go, txn_produce.go), batched over
+// partition leader sends (txn_verify.go), batched over
 // transactions: VerifyOnly=false adds the partition for a TV2 producer
 // (produce v12+: the leader adds it itself), VerifyOnly=true only checks
 // that a TV1 client added it (KIP-890 part 1) and answers

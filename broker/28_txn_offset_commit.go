@@ -66,7 +66,11 @@ func handleTxnOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	}
 	if groupErr == nil && anyValid(writes) {
 		partition := c.CoordinatorPartition(coordinatorGroup, req.Group)
-		groupErr = g.addOffsetsToTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, partition, req.Version < 5)
+		join := txnVerifyOnly
+		if req.Version >= 5 {
+			join = txnAdd
+		}
+		groupErr = g.addOffsetsToTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, partition, join)
 		switch {
 		case groupErr == kerr.ProducerFenced:
 			groupErr = kerr.InvalidProducerEpoch

@@ -104,7 +104,12 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 		return err, msg
 	}
 	statePartition := sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
-	if err := sc.c.verifyTransactionalProduce(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, 0); err != nil {
+	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, txnVerifyOnly); err != nil {
+		if err == kerr.TransactionAbortable {
+			// A partition AddShareAcksToTxn did not add: the client
+			// reads INVALID_TXN_STATE (docs/protocol.md).
+			err = kerr.InvalidTxnState
+		}
 		return err, fmt.Sprintf("%s-%d is not verified in the producer's transaction (AddShareAcksToTxn adds it): %s", statePartition.topic.name, statePartition.index, err.Message)
 	}
 	v := &shareStateValue{Kind: shareKindStaged, StateEpoch: sp.stateEpoch, Staged: sp.staged(acks)}
