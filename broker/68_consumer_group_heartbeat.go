@@ -46,10 +46,7 @@ func handleConsumerGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error)
 	req := r.kreq.(*kmsg.ConsumerGroupHeartbeatRequest)
 	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
 		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
 	if err, msg := validateConsumerHeartbeat(req); err != nil {

@@ -34,10 +34,7 @@ func handleConsumerGroupDescribe(c *Cluster, r *request) (kmsg.Response, error) 
 			rg.AuthorizedOperations = groupOperationsAllowed
 		}
 		fail := func(err *kerr.Error, msg string) {
-			rg.ErrorCode = err.Code
-			if msg != "" {
-				rg.ErrorMessage = &msg
-			}
+			setError(&rg.ErrorCode, &rg.ErrorMessage, err, msg)
 			resp.Groups = append(resp.Groups, rg)
 		}
 		if name == "" {

@@ -32,10 +32,7 @@ func handleShareGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.ShareGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
 	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
 	switch {

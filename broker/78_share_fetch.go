@@ -45,32 +45,13 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
 	sc := c.coordinators.share
 	now := time.Now()
-	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+	call, err, msg := sc.beginShareCall(r.node.id, req.GroupID, req.MemberID, req.ShareSessionEpoch, true, now)
+	resp.AcquisitionLockTimeoutMillis = call.lockMillis
+	if err != nil {
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
-	group, member := shareStringOrEmpty(req.GroupID), shareStringOrEmpty(req.MemberID)
-	if group == "" || member == "" {
-		return fail(kerr.InvalidRequest, "GroupID and MemberID are required")
-	}
-	resp.AcquisitionLockTimeoutMillis = int32(sc.lockDuration(group).Milliseconds())
-	key := shareSessionKey{group: group, member: member, node: r.node.id}
-	var s *shareSession
-	if req.ShareSessionEpoch == 0 {
-		g := sc.groups[group]
-		if g == nil || g.members[member] == nil {
-			return fail(kerr.UnknownMemberID, "the member is not in the share group")
-		}
-		s = sc.openSession(key, g.members[member], now)
-	} else {
-		var err *kerr.Error
-		if s, err = sc.session(key, req.ShareSessionEpoch); err != nil {
-			return fail(err, "")
-		}
-	}
+	group, member, s := call.group, call.member, call.session
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
 			s.parts[shareTP{topicID: rt.TopicID, partition: rp.Partition}] = struct{}{}
@@ -93,10 +74,7 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 				batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes})
 			}
 			if _, err, msg := sc.acknowledge(r.node.id, group, member, tp, batches, renew, now); err != nil {
-				out.AcknowledgeErrorCode = err.Code
-				if msg != "" {
-					out.AcknowledgeErrorMessage = &msg
-				}
+				setError(&out.AcknowledgeErrorCode, &out.AcknowledgeErrorMessage, err, msg)
 			}
 		}
 	}
@@ -127,11 +105,4 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	}
 	sc.park(r, s, ans, lim, c.longPoll(req.MaxWaitMillis), now)
 	return nil, nil
-}
-
-func shareStringOrEmpty(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

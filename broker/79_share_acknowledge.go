@@ -31,25 +31,13 @@ func handleShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
 	sc := c.coordinators.share
 	now := time.Now()
-	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+	call, err, msg := sc.beginShareCall(r.node.id, req.GroupID, req.MemberID, req.ShareSessionEpoch, false, now)
+	resp.AcquisitionLockTimeoutMillis = call.lockMillis
+	if err != nil {
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
-	group, member := shareStringOrEmpty(req.GroupID), shareStringOrEmpty(req.MemberID)
-	if group == "" || member == "" {
-		return fail(kerr.InvalidRequest, "GroupID and MemberID are required")
-	}
-	resp.AcquisitionLockTimeoutMillis = int32(sc.lockDuration(group).Milliseconds())
-	if req.ShareSessionEpoch == 0 {
-		return fail(kerr.InvalidShareSessionEpoch, "acknowledgements need an open share session")
-	}
-	s, err := sc.session(shareSessionKey{group: group, member: member, node: r.node.id}, req.ShareSessionEpoch)
-	if err != nil {
-		return fail(err, "")
-	}
+	group, member, s := call.group, call.member, call.session
 	renew := req.Version >= 2 && req.IsRenewAck
 	for _, rt := range req.Topics {
 		st := kmsg.NewShareAcknowledgeResponseTopic()
@@ -64,10 +52,7 @@ func handleShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 			}
 			p, err, msg := sc.acknowledge(r.node.id, group, member, shareTP{topicID: rt.TopicID, partition: rp.Partition}, batches, renew, now)
 			if err != nil {
-				sp.ErrorCode = err.Code
-				if msg != "" {
-					sp.ErrorMessage = &msg
-				}
+				setError(&sp.ErrorCode, &sp.ErrorMessage, err, msg)
 				if err == kerr.NotLeaderForPartition {
 					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = p.leader, p.leaderEpoch
 					addShareAckEndpoint(c, resp, p.leader)

@@ -65,10 +65,7 @@ func handleTxnShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 				err, msg = sc.stageTxnAcks(r.node.id, req, rt.TopicID, rp, now)
 			}
 			if err != nil {
-				pr.ErrorCode = err.Code
-				if msg != "" {
-					pr.ErrorMessage = &msg
-				}
+				setError(&pr.ErrorCode, &pr.ErrorMessage, err, msg)
 			}
 			st.Partitions = append(st.Partitions, pr)
 		}
