@@ -6,20 +6,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// coordinatorSet holds the coordinators; each is created by a function in
-// coordinatorInits, registered by the file that defines it.
+// coordinatorSet holds the coordinators, built by newCoordinators.
 type coordinatorSet struct {
 	txn   *txnCoordinator
 	share *shareCoordinator
 	group *groupCoordinator
 }
 
-var coordinatorInits []func(c *Cluster)
-
-func (c *Cluster) initCoordinators() {
-	for _, fn := range coordinatorInits {
-		fn(c)
-	}
+// newCoordinators builds the coordinators once the internal topics exist:
+// the group coordinator, then the share coordinator, then the transaction
+// coordinator. Each loads its internal topic's partitions and registers
+// listeners, and listeners of one event run in the order they were
+// registered: after a leader move the group coordinator's shards follow
+// it first, then the share coordinator's (and its live state of a data
+// partition is dropped), then the transaction coordinator's. Every
+// listener works on its own coordinator's state and timers, so the order
+// decides little; it is fixed here, not by file names, so that runs replay
+// the same way. No coordinator reaches another while it is built (only
+// handlers do, later), so each is stored once it is complete.
+func (c *Cluster) newCoordinators() {
+	c.coordinators.group = newGroupCoordinator(c)
+	c.coordinators.share = newShareCoordinator(c)
+	c.coordinators.txn = newTxnCoordinator(c)
 }
 
 // shards is one coordinator's state for the internal-topic partitions that

@@ -67,23 +67,25 @@ type committedOffset struct {
 	logOffset int64
 }
 
-func init() {
-	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
-		g := &groupCoordinator{c: c}
-		c.coordinators.group = g
-		g.shards = newShards(c, wire.ConsumerOffsetsTopic, g.load)
-		g.shards.unload = func(sh *shard[*groupShard]) { g.resign(sh.state) }
-		for _, sh := range g.shards.loaded {
+// newGroupCoordinator loads every __consumer_offsets partition at its
+// leader and registers the coordinator's listeners: shards follow leader
+// moves, and a newly loaded shard arms its groups' timers; markers resolve
+// transactional offset commits; compaction keeps the live records.
+func newGroupCoordinator(c *Cluster) *groupCoordinator {
+	g := &groupCoordinator{c: c}
+	g.shards = newShards(c, wire.ConsumerOffsetsTopic, g.load)
+	g.shards.unload = func(sh *shard[*groupShard]) { g.resign(sh.state) }
+	for _, sh := range g.shards.loaded {
+		g.scheduleAll(sh.state)
+	}
+	c.onLeaderChange(func(p *partition, _ int32) {
+		if sh := g.shards.loaded[shardKey{p.leader, p.index}]; p.topic.name == wire.ConsumerOffsetsTopic && sh != nil {
 			g.scheduleAll(sh.state)
 		}
-		c.onLeaderChange(func(p *partition, _ int32) {
-			if sh := g.shards.loaded[shardKey{p.leader, p.index}]; p.topic.name == wire.ConsumerOffsetsTopic && sh != nil {
-				g.scheduleAll(sh.state)
-			}
-		})
-		c.onMarker(wire.ConsumerOffsetsTopic, g.onMarker)
-		c.onCompact(wire.ConsumerOffsetsTopic, g.liveRecords)
 	})
+	c.onMarker(wire.ConsumerOffsetsTopic, g.onMarker)
+	c.onCompact(wire.ConsumerOffsetsTopic, g.liveRecords)
+	return g
 }
 
 // load builds node's state of p by replaying p's log.
