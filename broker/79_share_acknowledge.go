@@ -1,21 +1,32 @@
 package broker
 
-// ShareAcknowledge: versions 1-2 (version 0 was Kafka 4.0's early access).
+// ShareAcknowledge (key 79, KIP-932).
 //
-// Acknowledges records in an open share session (epoch 0 is
-// INVALID_SHARE_SESSION_EPOCH; an unknown session SHARE_SESSION_NOT_FOUND;
-// a wrong epoch INVALID_SHARE_SESSION_EPOCH); epoch -1 also closes the
-// session, releasing what the member still holds there. Types GAP, ACCEPT,
-// RELEASE and REJECT, and RENEW when v2's IsRenewAck is set (KIP-1222;
-// INVALID_REQUEST otherwise; INVALID_RECORD_STATE when the group's
-// share.renew.acknowledge.enable is false), one per range or one per
-// offset. Each partition is all or nothing: offsets before the start
-// offset are done and ignored, as Kafka ignores them; one past the last
-// offset handed out is INVALID_REQUEST; any other offset that is not
-// ACQUIRED by this member under an unexpired lock fails the partition with
-// INVALID_RECORD_STATE. A partition this node does not lead answers
-// NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint. v2
-// answers AcquisitionLockTimeoutMillis. Skipped: authorization.
+// Versions: 1-2 (version 0 was Kafka 4.0's early access). v2 brings
+// IsRenewAck (KIP-1222) and answers AcquisitionLockTimeoutMillis.
+//
+// Behaviour:
+//   - Acknowledges records in an open share session, opened with
+//     ShareFetch's checks (beginShareCall, share_session.go): GroupID and
+//     MemberID are required (INVALID_REQUEST); epoch 0 is
+//     INVALID_SHARE_SESSION_EPOCH, an unknown session
+//     SHARE_SESSION_NOT_FOUND, a wrong epoch INVALID_SHARE_SESSION_EPOCH;
+//     epoch -1 also closes the session, releasing what the member still
+//     holds there.
+//   - Types GAP, ACCEPT, RELEASE and REJECT, and RENEW when v2's IsRenewAck
+//     is set (KIP-1222; INVALID_REQUEST otherwise; INVALID_RECORD_STATE when
+//     the group's share.renew.acknowledge.enable is false), one per range or
+//     one per offset.
+//   - Each partition is all or nothing: offsets before the start offset are
+//     done and ignored, as Kafka ignores them; one past the last offset
+//     handed out is INVALID_REQUEST; any other offset that is not ACQUIRED
+//     by this member under an unexpired lock fails the partition with
+//     INVALID_RECORD_STATE.
+//   - A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER
+//     with the current leader and its endpoint.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"
