@@ -38,8 +38,18 @@ func (c *Cluster) newCoordinators() {
 type shards[T any] struct {
 	c      *Cluster
 	topic  string
-	load   func(p *partition, node int32) T
+	hooks  shardHooks[T]
 	loaded map[shardKey]*shard[T]
+}
+
+// shardHooks is what a coordinator does as its shards come and go.
+type shardHooks[T any] struct {
+	// load builds node's state of p by replaying p's log.
+	load func(p *partition, node int32) T
+	// afterLoad, if set, runs once a shard is loaded, when the cluster
+	// starts and after every leader move: the coordinator arms the
+	// shard's timers.
+	afterLoad func(sh *shard[T])
 	// unload, if set, releases what a shard that stops serving holds
 	// outside itself (its timers).
 	unload func(sh *shard[T])
@@ -60,8 +70,8 @@ type shard[T any] struct {
 
 // newShards creates the registry of topic's coordinator shards and loads
 // every partition at its current leader.
-func newShards[T any](c *Cluster, topicName string, load func(p *partition, node int32) T) *shards[T] {
-	s := &shards[T]{c: c, topic: topicName, load: load, loaded: make(map[shardKey]*shard[T])}
+func newShards[T any](c *Cluster, topicName string, hooks shardHooks[T]) *shards[T] {
+	s := &shards[T]{c: c, topic: topicName, hooks: hooks, loaded: make(map[shardKey]*shard[T])}
 	for _, p := range c.topics[topicName].partitions {
 		s.loadAt(p)
 	}
@@ -80,19 +90,23 @@ func (s *shards[T]) loadAt(p *partition) {
 	if old := s.loaded[key]; old != nil {
 		s.drop(key, old)
 	}
-	s.loaded[key] = &shard[T]{
+	sh := &shard[T]{
 		node:      p.leader,
 		partition: p,
 		epoch:     p.leaderEpoch,
-		state:     s.load(p, p.leader),
+		state:     s.hooks.load(p, p.leader),
+	}
+	s.loaded[key] = sh
+	if s.hooks.afterLoad != nil {
+		s.hooks.afterLoad(sh)
 	}
 }
 
 // drop forgets a loaded shard.
 func (s *shards[T]) drop(key shardKey, sh *shard[T]) {
 	delete(s.loaded, key)
-	if s.unload != nil {
-		s.unload(sh)
+	if s.hooks.unload != nil {
+		s.hooks.unload(sh)
 	}
 }
 

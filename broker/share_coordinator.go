@@ -56,7 +56,7 @@ func newShareCoordinator(c *Cluster) *shareCoordinator {
 		liveByPartition: make(map[*partition]map[shareKey]*sharePartition),
 		sessions:        make(map[shareSessionKey]*shareSession),
 	}
-	sc.states = newShards(c, wire.ShareGroupStateTopic, sc.loadShareState)
+	sc.states = newShards(c, wire.ShareGroupStateTopic, shardHooks[*shareStateShard]{load: sc.loadShareState})
 	c.onLeaderChange(sc.leaderChanged)
 	c.onTopicDeleted(sc.topicDeleted)
 	c.onMarker(wire.ShareGroupStateTopic, sc.markerWritten)
