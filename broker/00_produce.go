@@ -1,32 +1,45 @@
 package broker
 
-// Produce: versions 3-13.
+// Produce (key 0).
 //
-// Each partition carries exactly one complete record batch of magic 2, as
-// Kafka requires from v3 (anything else, or none, is INVALID_RECORD), which
-// is CRC-checked (CORRUPT_MESSAGE); idempotent and transactional batches
-// get per-producer sequence and epoch checks and retried-batch detection
-// (the last five batches), and a producer the partition has no state for
-// may start at any sequence, as in Kafka; acks 0, 1 and -1 (all the same:
-// there is one replica); topic ids from v13. A request with transactional
-// records but no transactional id is refused for every partition with
-// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers. A transactional
-// batch is checked with the transaction coordinator first: from v12 the
-// leader adds the partition to the transaction itself (TV2), below v12 it
-// only verifies that the client added it (KIP-890 part 1: a partition it
-// did not add is TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE below),
-// and a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka answers. Clients
-// may not write to internal topics. A batch larger than the topic's
-// max.message.bytes (default 1048588, Kafka's message.max.bytes) is
-// MESSAGE_TOO_LARGE for its partition, checked before the CRC as Kafka
-// checks it; the size is the whole batch, its 12-byte log overhead
-// included (topic_limits.go). Past the MaxBytes budget a partition's
-// records are refused with POLICY_VIOLATION and a message naming the
-// budget (docs/broker.md). Like Kafka, a partition named twice is appended
-// once, with the records given last, and answered once. Skipped: quotas,
-// record-level
-// validation of compressed batches (the broker stores batches as they
-// arrive), timestamp overrides.
+// Versions: 3-13. v11 brought TRANSACTION_ABORTABLE; from v12 the leader
+// adds a transactional batch's partition to the transaction itself (TV2);
+// v13 names topics by id.
+//
+// Behaviour:
+//   - Each partition carries exactly one complete record batch of magic 2,
+//     as Kafka requires from v3 (anything else, or none, is INVALID_RECORD),
+//     CRC-checked (CORRUPT_MESSAGE).
+//   - Idempotent and transactional batches get per-producer sequence and
+//     epoch checks and retried-batch detection (the last five batches); a
+//     producer the partition has no state for may start at any sequence, as
+//     in Kafka.
+//   - acks 0, 1 and -1 are all the same: there is one replica.
+//   - A request with transactional records but no transactional id is
+//     refused for every partition with
+//     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers.
+//   - A transactional batch is checked with the transaction coordinator
+//     first (txn_verify.go): from v12 the leader adds the partition to the
+//     transaction, below v12 it only verifies that the client added it
+//     (KIP-890 part 1: a partition it did not add is TRANSACTION_ABORTABLE
+//     from v11, INVALID_TXN_STATE below); a fenced epoch is
+//     INVALID_PRODUCER_EPOCH, as Kafka answers; a coordinator that cannot
+//     answer yet is NOT_ENOUGH_REPLICAS.
+//   - Clients may not write to internal topics (INVALID_TOPIC_EXCEPTION).
+//   - A batch larger than the topic's max.message.bytes (default 1048588,
+//     Kafka's message.max.bytes) is MESSAGE_TOO_LARGE for its partition,
+//     checked before the CRC as Kafka checks it; the size is the whole
+//     batch, its 12-byte log overhead included (topic_limits.go).
+//   - Past the MaxBytes budget a partition's records are refused with
+//     POLICY_VIOLATION and a message naming the budget (docs/broker.md).
+//   - Like Kafka, a partition named twice is appended once, with the records
+//     given last, and answered once.
+//
+// Skipped:
+//   - quotas;
+//   - record-level validation of compressed batches (the broker stores
+//     batches as they arrive);
+//   - timestamp overrides.
 
 import (
 	"errors"
@@ -185,11 +198,6 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 				return kerr.TransactionalIDNotFound
 			}
 			if err := c.verifyTransactionalProduce(txnID, b.pid, b.epoch, p, version); err != nil {
-				if err == kerr.ProducerFenced {
-					// Kafka's leaders answer a fenced producer's write
-					// with INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED.
-					return kerr.InvalidProducerEpoch
-				}
 				return err
 			}
 		}
@@ -203,4 +211,26 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 	}
 	sp.LogStartOffset = p.logStart
 	return nil
+}
+
+// verifyTransactionalProduce checks a transactional batch with the
+// transaction coordinator before it is appended: produce v12+ (TV2) adds
+// the partition to the transaction, older versions only verify that the
+// client added it (KIP-890 part 1). A fenced producer reads
+// INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED, as Kafka's leaders answer
+// it; produce v11 brought TRANSACTION_ABORTABLE (KIP-1050), so older
+// versions read INVALID_TXN_STATE instead, as Kafka tells them.
+func (c *Cluster) verifyTransactionalProduce(txnID string, pid int64, epoch int16, p *partition, version int16) *kerr.Error {
+	join := txnVerifyOnly
+	if version >= 12 {
+		join = txnAdd
+	}
+	switch err := c.verifyTxnWrite(txnID, pid, epoch, p, join); {
+	case err == kerr.ProducerFenced:
+		return kerr.InvalidProducerEpoch
+	case err == kerr.TransactionAbortable && version < 11:
+		return kerr.InvalidTxnState
+	default:
+		return err
+	}
 }

@@ -1,29 +1,41 @@
 package broker
 
-// Fetch: versions 4-17.
+// Fetch (key 1).
 //
-// Sessionless fetches (every response has SessionID 0, so clients send full
-// requests; an incremental request gets FETCH_SESSION_ID_NOT_FOUND), topic
-// ids from v13, read_uncommitted up to the high watermark and
-// read_committed up to the last stable offset with the aborted transactions
-// of the returned range, the client's current leader epoch checked
-// (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), OFFSET_OUT_OF_RANGE (with
-// the offsets of the answer left at -1, as Kafka leaves them), whole
-// batches, the first partition with data getting one batch even past the
-// byte limits (KIP-74) and the others only what fits, and MaxWaitMillis long polls answered when MinBytes arrive or the wait
-// ends. As in Kafka, MaxBytes is capped by the broker's fetch.max.bytes
-// (FetchMaxBytes, 55 MiB), each partition by its PartitionMaxBytes, and a
-// partition named twice is answered once, with the parameters of its last
-// mention, in the place of its first.
+// Versions: 4-17. v13 names topics by id.
 //
-// Cost: finding the batches is O(log n) per partition; the loop only
-// collects references to them, and the connection's goroutine copies the
-// bytes while it encodes the answer (stored batches are never written
-// again). A parked fetch watches its partitions (watch.go): a change to one
-// of them re-counts that partition's readable bytes in O(log n), from the
-// batches' running byte counts, and the answer is built once, when it is
-// sent. Skipped: follower fetches (there are no followers), preferred read
-// replicas, diverging-epoch truncation hints.
+// Behaviour:
+//   - Sessionless: every answer has SessionID 0, so clients send full
+//     requests; an incremental request gets FETCH_SESSION_ID_NOT_FOUND.
+//   - read_uncommitted reads up to the high watermark, read_committed up to
+//     the last stable offset, with the aborted transactions of the returned
+//     range.
+//   - The client's current leader epoch is checked (FENCED_LEADER_EPOCH,
+//     UNKNOWN_LEADER_EPOCH).
+//   - OFFSET_OUT_OF_RANGE leaves the answer's offsets at -1, as Kafka leaves
+//     them.
+//   - Whole batches: the first partition with data gets one batch even past
+//     the byte limits (KIP-74), the others only what fits. As in Kafka,
+//     MaxBytes is capped by the broker's fetch.max.bytes (FetchMaxBytes, 55
+//     MiB) and each partition by its PartitionMaxBytes.
+//   - MaxWaitMillis long polls are answered when MinBytes arrive or the wait
+//     ends.
+//   - A partition named twice is answered once, with the parameters of its
+//     last mention, in the place of its first.
+//
+// Cost:
+//   - Finding the batches is O(log n) per partition; the loop only collects
+//     references to them, and the connection's goroutine copies the bytes
+//     while it encodes the answer (stored batches are never written again).
+//   - A parked fetch watches its partitions (watch.go): a change to one of
+//     them re-counts that partition's readable bytes in O(log n), from the
+//     batches' running byte counts, and the answer is built once, when it is
+//     sent.
+//
+// Skipped:
+//   - follower fetches (there are no followers);
+//   - preferred read replicas;
+//   - diverging-epoch truncation hints.
 
 import (
 	"time"

@@ -1,26 +1,35 @@
 package broker
 
-// ListOffsets: versions 1-10.
+// ListOffsets (key 2).
 //
-// Timestamps -1 (latest: the high watermark, or the last stable offset for
-// read_committed), -2 (earliest), -3 (the first record with the largest
-// timestamp), -4 (earliest local: the same as earliest here), -5 (latest
-// tiered: -1, there is no tiered storage), and a real timestamp (the first
-// record, in offset order, of the first batch whose max timestamp reaches
-// it; -1 if none). Like Kafka, control records count: their timestamp is
-// when the marker was written. Records are found inside uncompressed
-// batches; a compressed batch answers with its first offset (for a
-// timestamp) or its last (for -3), since the broker never decompresses.
-// An answer with no offset has leader epoch -1; a found record carries the
-// leader epoch of its batch. Other negative timestamps (-6, earliest
-// pending upload, needs v11) are UNSUPPORTED_VERSION, as Kafka answers.
-// The client's current leader epoch is checked. As Kafka 4.4 answers, a
-// partition named more than once is answered once, with INVALID_REQUEST,
-// and the answer has one entry per topic, its partitions in the order the
-// request first names them. Lookups are O(log n) in the partition's
-// batches: by offset with a binary search, by timestamp (and -3) with the
-// log's max-timestamp tree (log_index.go). Skipped: v0's MaxNumOffsets
-// form.
+// Versions: 1-10.
+//
+// Behaviour:
+//   - Timestamps -1 (latest: the high watermark, or the last stable offset
+//     for read_committed), -2 (earliest), -3 (the first record with the
+//     largest timestamp), -4 (earliest local: the same as earliest here), -5
+//     (latest tiered: -1, there is no tiered storage), and a real timestamp
+//     (the first record, in offset order, of the first batch whose max
+//     timestamp reaches it; -1 if none).
+//   - Like Kafka, control records count: their timestamp is when the marker
+//     was written.
+//   - Records are found inside uncompressed batches; a compressed batch
+//     answers with its first offset (for a timestamp) or its last (for -3),
+//     since the broker never decompresses.
+//   - An answer with no offset has leader epoch -1; a found record carries
+//     the leader epoch of its batch.
+//   - Other negative timestamps (-6, earliest pending upload, needs v11) are
+//     UNSUPPORTED_VERSION, as Kafka answers.
+//   - The client's current leader epoch is checked.
+//   - As Kafka 4.4 answers, a partition named more than once is answered
+//     once, with INVALID_REQUEST, and the answer has one entry per topic,
+//     its partitions in the order the request first names them.
+//   - Lookups are O(log n) in the partition's batches: by offset with a
+//     binary search, by timestamp (and -3) with the log's max-timestamp tree
+//     (log_index.go).
+//
+// Skipped:
+//   - v0's MaxNumOffsets form.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

@@ -1,19 +1,27 @@
 package broker
 
-// Metadata: versions 0-12.
+// Metadata (key 3).
 //
-// Lists every node as a broker and every partition's single leader (which is
-// also its only replica and ISR), with its leader epoch, so that after a
-// reassignment clients see the new leader as Kafka would show it. Topic ids
-// from v10, lookup by id from v10. A request for a missing topic creates it
-// (default partition count) when AllowAutoTopicCreation is set (v4+; always
-// for v0-v3, as Kafka's auto.create.topics.enable=true) and answers it at
-// once (Kafka answers UNKNOWN_TOPIC_OR_PARTITION first and lists the topic
-// once its controller has created it: docs/differences.md); a name Kafka
-// does not allow gets INVALID_TOPIC_EXCEPTION; internal topics are
-// listed only when asked for by name or in an all-topics request, as Kafka
-// does. Skipped: authorized operations (always -2147483648, "not
-// requested"), racks, v13's top-level error.
+// Versions: 0-12. v10 brings topic ids and lookup by id.
+//
+// Behaviour:
+//   - Lists every node as a broker and every partition's single leader
+//     (which is also its only replica and ISR), with its leader epoch, so
+//     that after a reassignment clients see the new leader as Kafka would
+//     show it.
+//   - A request for a missing topic creates it (default partition count)
+//     when AllowAutoTopicCreation is set (v4+; always for v0-3, as Kafka's
+//     auto.create.topics.enable=true) and answers it at once (Kafka answers
+//     UNKNOWN_TOPIC_OR_PARTITION first and lists the topic once its
+//     controller has created it: docs/differences.md).
+//   - A name Kafka does not allow gets INVALID_TOPIC_EXCEPTION.
+//   - Internal topics are listed only when asked for by name or in an
+//     all-topics request, as Kafka does.
+//
+// Skipped:
+//   - authorized operations (always -2147483648, "not requested");
+//   - racks;
+//   - v13's top-level error.
 
 import (
 	"sort"

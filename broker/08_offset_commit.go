@@ -1,27 +1,37 @@
 package broker
 
-// OffsetCommit: versions 2-10 (Kafka 4 removed 0-1).
+// OffsetCommit (key 8).
 //
-// Commits to the group's coordinator (NOT_COORDINATOR from any other node).
-// Who may commit follows Kafka's classic rules: generation -1 without a
-// member commits only while the group has no members (and creates a group
-// that does not exist yet); otherwise the member (and its group.instance.id:
-// FENCED_INSTANCE_ID) must belong to the group at the request's generation
-// (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION; a missing group is ILLEGAL_GENERATION
-// below v9 and GROUP_ID_NOT_FOUND from v9), and not while the group awaits
-// its leader's assignment (REBALANCE_IN_PROGRESS). Unknown topics or
-// partitions get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by id, v10),
-// metadata over 4096 bytes OFFSET_METADATA_TOO_LARGE. The valid partitions
-// are written as one batch to __consumer_offsets and applied at once.
-// A KIP-848 consumer group takes the member epoch as the generation
-// (consumer_group_reconcile.go): a commit without member only while the
-// group has no members, else the member must exist (UNKNOWN_MEMBER_ID) and
-// commit with v9+ (UNSUPPORTED_VERSION), and its epoch must not be ahead
-// of the member's (STALE_MEMBER_EPOCH); an older epoch is accepted per
-// partition for partitions assigned to the member at that epoch or before
-// (KIP-1251), STALE_MEMBER_EPOCH for the others. Offsets expire by the
-// broker's OffsetsRetention (group_expiry.go). Skipped: v2-4's per-request
-// retention time (the broker-wide one applies).
+// Versions: 2-10 (Kafka 4 removed 0-1). v9 answers GROUP_ID_NOT_FOUND for a
+// missing group; v10 names topics by id.
+//
+// Behaviour:
+//   - Commits at the group's coordinator (NOT_COORDINATOR from any other
+//     node).
+//   - Classic groups, by Kafka's rules: generation -1 without a member
+//     commits only while the group has no members (and creates a group that
+//     does not exist yet); otherwise the member (and its group.instance.id:
+//     FENCED_INSTANCE_ID) must belong to the group at the request's
+//     generation (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION; a missing group is
+//     ILLEGAL_GENERATION below v9 and GROUP_ID_NOT_FOUND from v9), and not
+//     while the group awaits its leader's assignment
+//     (REBALANCE_IN_PROGRESS).
+//   - KIP-848 consumer groups take the member epoch as the generation
+//     (consumer_group_reconcile.go): a commit without member only while the
+//     group has no members, else the member must exist (UNKNOWN_MEMBER_ID)
+//     and commit with v9+ (UNSUPPORTED_VERSION), and its epoch must not be
+//     ahead of the member's (STALE_MEMBER_EPOCH); an older epoch is accepted
+//     per partition for partitions assigned to the member at that epoch or
+//     before (KIP-1251), STALE_MEMBER_EPOCH for the others.
+//   - Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION
+//     (UNKNOWN_TOPIC_ID by id, v10), metadata over 4096 bytes
+//     OFFSET_METADATA_TOO_LARGE.
+//   - The valid partitions are written as one batch to __consumer_offsets
+//     and applied at once.
+//   - Offsets expire by the broker's OffsetsRetention (group_expiry.go).
+//
+// Skipped:
+//   - v2-4's per-request retention time (the broker-wide one applies).
 
 import (
 	"time"

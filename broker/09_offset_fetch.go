@@ -1,20 +1,29 @@
 package broker
 
-// OffsetFetch: versions 1-10 (Kafka 4 removed 0).
+// OffsetFetch (key 9).
 //
-// Answers from the group's coordinator: v1-7 for one group (a coordinator
-// error is the top-level error from v2, each partition's error in v1), v8+
-// for a batch of groups, each checked on its own. Null topics (v2+) ask for
-// every committed offset of the group. A partition without a committed
-// offset, and every partition of a group that does not exist, answers offset
-// -1 without error. With RequireStable (v7+), a partition whose
-// transactional offset commit awaits its transaction's marker answers
-// UNSTABLE_OFFSET_COMMIT so that the client retries. v10 names topics by id
-// (UNKNOWN_TOPIC_ID for an id the cluster does not know). v9's
-// MemberId/MemberEpoch are checked for KIP-848 consumer groups: without
-// them (an admin) anything may be read; with them the member must exist
-// (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH). Classic groups
-// are not checked, as on Kafka.
+// Versions: 1-10 (Kafka 4 removed 0). v1-7 ask for one group, v8+ for a
+// batch of groups; v7 adds RequireStable, v9 the member id and epoch, v10
+// names topics by id.
+//
+// Behaviour:
+//   - Answered by the group's coordinator. v1-7: a coordinator error is the
+//     top-level error from v2, each partition's error in v1; v8+: each group
+//     is checked on its own.
+//   - Null topics (v2+) ask for every committed offset of the group.
+//   - A partition without a committed offset, and every partition of a group
+//     that does not exist, answers offset -1 without error.
+//   - With RequireStable (v7+), a partition whose transactional offset
+//     commit awaits its transaction's marker answers UNSTABLE_OFFSET_COMMIT,
+//     so that the client retries.
+//   - v10: UNKNOWN_TOPIC_ID for a topic id the cluster does not know.
+//   - v9's MemberId and MemberEpoch are checked for KIP-848 consumer groups:
+//     without them (an admin) anything may be read; with them the member
+//     must exist (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH).
+//     Classic groups are not checked, as on Kafka.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

@@ -1,17 +1,23 @@
 package broker
 
-// FindCoordinator: versions 0-6.
+// FindCoordinator (key 10).
 //
-// Key types 0 (group), 1 (transaction) and 2 (share: "group:topicId:partition",
-// v6+ only, as in Kafka) in the single-key form (v0-3) and the batched form
-// (v4+). The answer is the node that leads the key's internal-topic
-// partition, placed by Java's String.hashCode as Kafka places it; any node
-// answers for any key. Like Kafka, an empty group or transactional id is
-// placed like any other key, while an unknown key type, a share key below
-// v6 and a share key that does not parse (three parts, a non-empty group,
-// a topic id in Kafka's base64 form, a numeric partition) get
-// INVALID_REQUEST. Skipped: COORDINATOR_LOAD_IN_PROGRESS (loading is instant
-// here).
+// Versions: 0-6. v0-3 ask for one key, v4+ for a batch; v6 brings share
+// keys.
+//
+// Behaviour:
+//   - Key types 0 (group), 1 (transaction) and 2 (share:
+//     "group:topicId:partition", v6+ only, as in Kafka).
+//   - The answer is the node that leads the key's internal-topic partition,
+//     placed by Java's String.hashCode as Kafka places it
+//     (internal/javahash); any node answers for any key.
+//   - Like Kafka, an empty group or transactional id is placed like any
+//     other key, while an unknown key type, a share key below v6 and a share
+//     key that does not parse (three parts, a non-empty group, a topic id in
+//     Kafka's base64 form, a numeric partition) get INVALID_REQUEST.
+//
+// Skipped:
+//   - COORDINATOR_LOAD_IN_PROGRESS (loading is instant here).
 
 import (
 	"encoding/base64"

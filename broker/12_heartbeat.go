@@ -1,14 +1,21 @@
 package broker
 
-// Heartbeat: versions 0-4.
+// Heartbeat (key 12).
 //
-// Keeps a member's session alive at the group's coordinator
-// (NOT_COORDINATOR from any other node). REBALANCE_IN_PROGRESS tells the
-// member to rejoin; UNKNOWN_MEMBER_ID (including a group that does not
-// exist or an expired member), ILLEGAL_GENERATION and FENCED_INSTANCE_ID
-// (v3+) as Kafka answers them. A member whose session timeout passes
-// without a heartbeat, join or sync is removed when the group's timer
-// fires (group_expiry.go), which starts a rebalance.
+// Versions: 0-4. v3 brings group.instance.id.
+//
+// Behaviour:
+//   - Keeps a member's session alive at the group's coordinator
+//     (NOT_COORDINATOR from any other node).
+//   - REBALANCE_IN_PROGRESS tells the member to rejoin; UNKNOWN_MEMBER_ID
+//     (including a group that does not exist or an expired member),
+//     ILLEGAL_GENERATION and FENCED_INSTANCE_ID (v3+) as Kafka answers them.
+//   - A member whose session timeout passes without a heartbeat, join or
+//     sync is removed when the group's timer fires (group_expiry.go), which
+//     starts a rebalance.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

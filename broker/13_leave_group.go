@@ -1,16 +1,25 @@
 package broker
 
-// LeaveGroup: versions 0-5.
+// LeaveGroup (key 13).
 //
-// Removes members at the group's coordinator (NOT_COORDINATOR from any
-// other node): one member id in v0-2 (its error is the top-level error), a
-// batch from v3 identified by member id and/or group.instance.id, each with
-// its own error (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID when the instance id
-// belongs to another member id). A member id handed out with
-// MEMBER_ID_REQUIRED and never used can leave too. A waiting JoinGroup or
-// SyncGroup of a removed member is answered UNKNOWN_MEMBER_ID, and the
-// group rebalances. A group that does not exist answers UNKNOWN_MEMBER_ID.
-// The v5 Reason is only logged (debug level).
+// Versions: 0-5. v0-2 name one member, v3+ a batch; v5 adds a Reason.
+//
+// Behaviour:
+//   - Removes members at the group's coordinator (NOT_COORDINATOR from any
+//     other node).
+//   - v0-2: one member id, whose error is the top-level error. v3+: members
+//     identified by member id and/or group.instance.id, each with its own
+//     error (UNKNOWN_MEMBER_ID; FENCED_INSTANCE_ID when the instance id
+//     belongs to another member id).
+//   - A member id handed out with MEMBER_ID_REQUIRED and never used can
+//     leave too.
+//   - A waiting JoinGroup or SyncGroup of a removed member is answered
+//     UNKNOWN_MEMBER_ID, and the group rebalances.
+//   - A group that does not exist answers UNKNOWN_MEMBER_ID.
+//   - The v5 Reason is only logged (debug level).
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

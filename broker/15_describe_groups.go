@@ -1,17 +1,25 @@
 package broker
 
-// DescribeGroups: versions 0-6.
+// DescribeGroups (key 15).
 //
-// Describes classic groups, each at its own coordinator (NOT_COORDINATOR
-// per group from any other node): state, protocol type, and the members
-// with their client id and host and (v4+) group.instance.id; a Stable group
-// also shows its protocol and each member's metadata and assignment, as
-// Kafka does. A group that does not exist is "Dead" (v0-5) or
-// GROUP_ID_NOT_FOUND (v6, KIP-1043). With IncludeAuthorizedOperations
-// (v3+) every group operation is allowed (READ, DELETE, DESCRIBE: there
-// are no ACLs). Share groups are described by ShareGroupDescribe, KIP-848
-// consumer groups by ConsumerGroupDescribe: here they are not found, as
-// on Kafka.
+// Versions: 0-6. v3 brings authorized operations, v4 group.instance.id, v6
+// GROUP_ID_NOT_FOUND (KIP-1043).
+//
+// Behaviour:
+//   - Describes classic groups, each at its own coordinator (NOT_COORDINATOR
+//     per group from any other node): state, protocol type, and the members
+//     with their client id and host and (v4+) group.instance.id; a Stable
+//     group also shows its protocol and each member's metadata and
+//     assignment, as Kafka does.
+//   - A group that does not exist is "Dead" (v0-5) or GROUP_ID_NOT_FOUND
+//     (v6).
+//   - With IncludeAuthorizedOperations (v3+) every group operation is
+//     allowed (READ, DELETE, DESCRIBE: there are no ACLs).
+//   - Share groups are described by ShareGroupDescribe, KIP-848 consumer
+//     groups by ConsumerGroupDescribe: here they are not found, as on Kafka.
+//
+// Skipped:
+//   - authorization (there are no ACLs).
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

@@ -1,14 +1,21 @@
 package broker
 
-// ListGroups: versions 0-5.
+// ListGroups (key 16).
 //
-// Each node lists the groups it coordinates (the groups of the
-// __consumer_offsets partitions it leads): classic groups, including groups
-// that only hold offsets (protocol type ""), KIP-848 consumer groups
-// (protocol type and group type "consumer") and share groups (protocol
-// type and group type "share"). v4 filters by state, v5 by group type
-// ("classic", "consumer", "share"), both case-insensitively; an empty
-// filter keeps everything.
+// Versions: 0-5. v4 filters by state, v5 by group type.
+//
+// Behaviour:
+//   - Each node lists the groups it coordinates (the groups of the
+//     __consumer_offsets partitions it leads): classic groups, including
+//     groups that only hold offsets (protocol type ""), KIP-848 consumer
+//     groups (protocol type and group type "consumer") and share groups
+//     (protocol type and group type "share").
+//   - Filters by state (v4) and by group type ("classic", "consumer",
+//     "share"; v5) match case-insensitively; an empty filter keeps
+//     everything.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"sort"

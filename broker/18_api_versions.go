@@ -1,14 +1,18 @@
 package broker
 
-// ApiVersions: versions 0-4.
+// ApiVersions (key 18).
 //
-// Advertises exactly the keys and versions the handlers serve at the node
-// asked (an old node, OldNodes, serves WriteTxnMarkers up to v1), and the
-// finalized features transaction.version=2 and share.version (3 with the
-// KIP-1289 APIs on, 1 without them: a KIP-932 broker). An unsupported
-// ApiVersions version is answered in v0 with UNSUPPORTED_VERSION and the
-// key list, as the protocol says. Skipped: v5's cluster and node id checks
-// (KIP-1242).
+// Versions: 0-4. An unsupported ApiVersions version is answered in v0 with
+// UNSUPPORTED_VERSION and the key list, as the protocol says.
+//
+// Behaviour:
+//   - Advertises exactly the keys and versions the handlers serve at the
+//     node asked (an old node, OldNodes, serves WriteTxnMarkers up to v1).
+//   - Finalized features: transaction.version=2, and share.version 3 with
+//     the KIP-1289 APIs on, 1 without them (a KIP-932 broker).
+//
+// Skipped:
+//   - v5's cluster and node id checks (KIP-1242).
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

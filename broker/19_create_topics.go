@@ -1,19 +1,29 @@
 package broker
 
-// CreateTopics: versions 0-7.
+// CreateTopics (key 19).
 //
-// Creates topics with a partition count (or the DefaultPartitions option for
-// -1); ValidateOnly checks without creating and answers what would be
-// created. Replication factor must be -1 or 1 (there is one copy) and
-// manual replica assignments may name one node per partition, which
-// becomes its leader. Configs are checked against Kafka's topic configs
-// (topic_configs.go) and kept as given; the answer lists every topic config
-// with its value, as Kafka does from v5. Errors, in Kafka's order:
-// INVALID_REQUEST for a name given twice in one request (answered once),
-// INVALID_TOPIC_EXCEPTION (bad name), TOPIC_ALREADY_EXISTS (internal
-// topics included), INVALID_TOPIC_EXCEPTION for a name that collides with
-// an existing one once '.' and '_' are treated alike, INVALID_PARTITIONS,
-// INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG.
+// Versions: 0-7. From v5 the answer lists every topic config.
+//
+// Behaviour:
+//   - Creates topics with a partition count (or the DefaultPartitions option
+//     for -1); ValidateOnly checks without creating and answers what would
+//     be created.
+//   - The replication factor must be -1 or 1 (there is one copy), and manual
+//     replica assignments may name one node per partition, which becomes its
+//     leader.
+//   - Configs are checked against Kafka's topic configs (topic_configs.go)
+//     and kept as given; the answer lists every topic config with its value,
+//     as Kafka does from v5.
+//   - Errors, in Kafka's order: INVALID_REQUEST for a name given twice in
+//     one request (answered once), INVALID_TOPIC_EXCEPTION (bad name),
+//     TOPIC_ALREADY_EXISTS (internal topics included),
+//     INVALID_TOPIC_EXCEPTION for a name that collides with an existing one
+//     once '.' and '_' are treated alike, INVALID_PARTITIONS,
+//     INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT,
+//     INVALID_CONFIG.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"fmt"

@@ -1,11 +1,19 @@
 package broker
 
-// DeleteTopics: versions 0-6.
+// DeleteTopics (key 20).
 //
-// Deletes topics by name, or by id from v6. Internal topics cannot be
-// deleted (INVALID_TOPIC_EXCEPTION). Deletion is immediate: parked fetches
-// of the topic are answered at once with UNKNOWN_TOPIC_OR_PARTITION, and
-// the topic's records stop counting against MaxBytes.
+// Versions: 0-6. v6 deletes by topic id too.
+//
+// Behaviour:
+//   - Deletes topics by name, or by id from v6.
+//   - Internal topics cannot be deleted (INVALID_TOPIC_EXCEPTION).
+//   - Deletion is immediate: parked fetches of the topic are answered at
+//     once with UNKNOWN_TOPIC_OR_PARTITION, and the topic's records stop
+//     counting against MaxBytes.
+//
+// Skipped:
+//   - TimeoutMillis (deletion is immediate);
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

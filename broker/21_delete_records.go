@@ -1,22 +1,29 @@
 package broker
 
-// DeleteRecords: versions 0-2.
+// DeleteRecords (key 21).
 //
-// Moves a partition's log start offset forward to the requested offset (-1
-// means the high watermark), as Kafka does: the low watermark answered is
-// the new log start offset, which may sit inside a batch (that batch stays
-// until the log start passes it, and fetches below the log start get
-// OFFSET_OUT_OF_RANGE); batches wholly before it are dropped at once and
-// their memory counts no more against MaxBytes. An offset past the high
-// watermark, or below -1, is OFFSET_OUT_OF_RANGE; a topic whose
-// cleanup.policy lacks "delete" is POLICY_VIOLATION; an internal topic is
-// INVALID_TOPIC_EXCEPTION; an unknown topic or partition
-// UNKNOWN_TOPIC_OR_PARTITION; a partition this node does not lead
-// NOT_LEADER_OR_FOLLOWER; every error answers low watermark -1. Like Kafka,
-// a partition named twice is answered once, with the last offset given for
-// it, and the answer groups partitions by topic (here in the order the
-// request first names them). Skipped: TimeoutMillis (there is no
-// replication to wait for), authorization.
+// Versions: 0-2.
+//
+// Behaviour:
+//   - Moves a partition's log start offset forward to the requested offset
+//     (-1 means the high watermark), as Kafka does: the low watermark
+//     answered is the new log start offset, which may sit inside a batch
+//     (that batch stays until the log start passes it, and fetches below the
+//     log start get OFFSET_OUT_OF_RANGE); batches wholly before it are
+//     dropped at once and their memory counts no more against MaxBytes.
+//   - Errors: an offset past the high watermark, or below -1, is
+//     OFFSET_OUT_OF_RANGE; a topic whose cleanup.policy lacks "delete"
+//     POLICY_VIOLATION; an internal topic INVALID_TOPIC_EXCEPTION; an
+//     unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION; a partition
+//     this node does not lead NOT_LEADER_OR_FOLLOWER. Every error answers
+//     low watermark -1.
+//   - Like Kafka, a partition named twice is answered once, with the last
+//     offset given for it, and the answer groups partitions by topic (here
+//     in the order the request first names them).
+//
+// Skipped:
+//   - TimeoutMillis (there is no replication to wait for);
+//   - authorization.
 
 import (
 	"time"

@@ -1,23 +1,31 @@
 package broker
 
-// InitProducerId: versions 0-5.
+// InitProducerId (key 22).
 //
-// A null transactional id (an idempotent producer) gets a fresh producer id
-// from any node, at epoch 0 (FirstProducerEpoch). A transactional id is
-// served by the node leading its __transaction_state partition
-// (NOT_COORDINATOR elsewhere): the first call allocates a producer id,
-// later calls bump the epoch, a KIP-360 call (v3+, with the producer id and
-// epoch the producer holds) bumps it again, is answered again when it
-// retries a bump whose answer was lost, and is PRODUCER_FENCED when another
-// producer took over. An ongoing transaction is fenced and aborted first
-// (the answer is CONCURRENT_TRANSACTIONS; the retry gets the new epoch),
-// and an exhausted epoch rotates to a new producer id at epoch 0. A
-// timeout above MaxTransactionTimeout (or not positive) is
-// INVALID_TRANSACTION_TIMEOUT; an empty transactional id, or only one of
-// producer id and epoch set, is INVALID_REQUEST. Below v4, PRODUCER_FENCED
-// is answered as INVALID_PRODUCER_EPOCH, as Kafka does for clients that
-// predate KIP-588. Skipped: v6's two-phase commit (KIP-939), which kmsg
-// does not have.
+// Versions: 0-5. v3 brings KIP-360's producer id and epoch; below v4,
+// PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, as Kafka does for
+// clients that predate KIP-588.
+//
+// Behaviour:
+//   - A null transactional id (an idempotent producer) gets a fresh producer
+//     id from any node, at epoch 0 (FirstProducerEpoch).
+//   - A transactional id is served by the node leading its
+//     __transaction_state partition (NOT_COORDINATOR elsewhere): the first
+//     call allocates a producer id, later calls bump the epoch.
+//   - A KIP-360 call (v3+, with the producer id and epoch the producer
+//     holds) bumps it again, is answered again when it retries a bump whose
+//     answer was lost, and is PRODUCER_FENCED when another producer took
+//     over.
+//   - An ongoing transaction is fenced and aborted first (the answer is
+//     CONCURRENT_TRANSACTIONS; the retry gets the new epoch), and an
+//     exhausted epoch rotates to a new producer id at epoch 0.
+//   - A timeout above MaxTransactionTimeout (or not positive) is
+//     INVALID_TRANSACTION_TIMEOUT; an empty transactional id, or only one of
+//     producer id and epoch set, is INVALID_REQUEST.
+//
+// Skipped:
+//   - v6's two-phase commit (KIP-939), which kmsg does not have;
+//   - authorization.
 
 import (
 	"time"

@@ -1,12 +1,21 @@
 package broker
 
-// OffsetForLeaderEpoch: versions 0-4.
+// OffsetForLeaderEpoch (key 23).
 //
-// Answers the end offset of the largest leader epoch at or below the asked
-// one, from the epoch history every leadership move appends to, after
-// checking the client's current leader epoch. Consumers use it to detect
-// truncation after a leader change; there never is any here, since a
-// partition's one log moves with its leadership.
+// Versions: 0-4.
+//
+// Behaviour:
+//   - Answers the end offset of the largest leader epoch at or below the
+//     asked one, from the epoch history every leadership move appends to,
+//     after checking the client's current leader epoch.
+//   - Consumers use it to detect truncation after a leader change; there
+//     never is any here, since a partition's one log moves with its
+//     leadership.
+//
+// Skipped:
+//   - ReplicaID: a follower would be answered as a consumer is (there are no
+//     followers);
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

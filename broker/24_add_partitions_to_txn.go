@@ -1,26 +1,35 @@
 package broker
 
-// AddPartitionsToTxn: versions 0-5.
+// AddPartitionsToTxn (key 24).
 //
-// v0-3 is the client form of TV1: the producer adds the partitions it is
-// about to write, one transaction per request. v4-5 is the broker form a
-// partition leader sends (00_produce.go, txn_produce.go), batched over
-// transactions: VerifyOnly=false adds the partition for a TV2 producer
-// (produce v12+: the leader adds it itself), VerifyOnly=true only checks
-// that a TV1 client added it (KIP-890 part 1) and answers
-// TRANSACTION_ABORTABLE (INVALID_TXN_STATE in v4) for a partition it did
-// not. Either form is served by the node leading the transactional id's
-// __transaction_state partition after checking that leadership
-// (NOT_COORDINATOR otherwise: KAFKA-21181, which names the verify path and
-// the "already added" shortcut among the stale answers). Adding starts the
-// transaction and its timeout clock if none is ongoing; partitions already
-// in an ongoing transaction answer at once. A wrong producer id is
-// INVALID_PRODUCER_ID_MAPPING, a wrong epoch PRODUCER_FENCED
-// (INVALID_PRODUCER_EPOCH below v2), a prepared transaction
-// CONCURRENT_TRANSACTIONS. An unknown topic or partition fails the whole
-// transaction: UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED
-// for the rest, as in Kafka. Skipped: authorization, and the cap on the
-// number of transactions in one v4+ request.
+// Versions: 0-5. v0-3 are the client form of TV1, v4-5 the broker form.
+// Below v2 PRODUCER_FENCED reads INVALID_PRODUCER_EPOCH; below v5
+// TRANSACTION_ABORTABLE reads INVALID_TXN_STATE.
+//
+// Behaviour:
+//   - Client form (v0-3): the producer adds the partitions it is about to
+//     write, one transaction per request.
+//   - Broker form (v4-5), which partition leaders and group coordinators
+//     send (txn_verify.go), batched over transactions: VerifyOnly=false adds
+//     the partition for a TV2 producer (produce v12+, TxnOffsetCommit v5+:
+//     the broker adds it itself), VerifyOnly=true only checks that a TV1
+//     client added it (KIP-890 part 1) and answers TRANSACTION_ABORTABLE for
+//     a partition it did not.
+//   - Either form is served by the node leading the transactional id's
+//     __transaction_state partition after checking that leadership
+//     (NOT_COORDINATOR otherwise: KAFKA-21181, which names the verify path
+//     and the "already added" shortcut among the stale answers).
+//   - Adding starts the transaction and its timeout clock if none is
+//     ongoing; partitions already in an ongoing transaction answer at once.
+//   - A wrong producer id is INVALID_PRODUCER_ID_MAPPING, a wrong epoch
+//     PRODUCER_FENCED, a prepared transaction CONCURRENT_TRANSACTIONS.
+//   - An unknown topic or partition fails the whole transaction:
+//     UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED for the
+//     rest, as in Kafka.
+//
+// Skipped:
+//   - authorization;
+//   - the cap on the number of transactions in one v4+ request.
 
 import (
 	"time"

@@ -1,18 +1,24 @@
 package broker
 
-// AddOffsetsToTxn: versions 0-4.
+// AddOffsetsToTxn (key 25).
 //
-// Adds the group's __consumer_offsets partition (placed by Java's
-// String.hashCode, as Kafka places it) to the producer's transaction, so
-// that the markers of the transaction reach the group coordinator, which
-// then makes the group's transactional offset commits visible or drops
-// them. Same checks and errors as AddPartitionsToTxn's client form:
-// NOT_COORDINATOR on a node that does not lead the transactional id's
-// __transaction_state partition, INVALID_PRODUCER_ID_MAPPING,
-// PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2),
-// CONCURRENT_TRANSACTIONS while the previous transaction is being
-// completed. TV2 clients do not send it (TxnOffsetCommit v5+ has the group
-// coordinator add the partition). Skipped: group authorization.
+// Versions: 0-4. Below v2 PRODUCER_FENCED reads INVALID_PRODUCER_EPOCH.
+//
+// Behaviour:
+//   - Adds the group's __consumer_offsets partition (placed by Java's
+//     String.hashCode, as Kafka places it) to the producer's transaction, so
+//     that the transaction's markers reach the group coordinator, which then
+//     makes the group's transactional offset commits visible or drops them.
+//   - Same checks and errors as AddPartitionsToTxn's client form:
+//     NOT_COORDINATOR on a node that does not lead the transactional id's
+//     __transaction_state partition, INVALID_PRODUCER_ID_MAPPING,
+//     PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while the previous
+//     transaction is being completed.
+//   - TV2 clients do not send it: TxnOffsetCommit v5+ has the group
+//     coordinator add the partition.
+//
+// Skipped:
+//   - group authorization.
 
 import (
 	"time"

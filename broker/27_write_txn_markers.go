@@ -1,26 +1,33 @@
 package broker
 
-// WriteTxnMarkers: versions 0-2.
+// WriteTxnMarkers (key 27).
 //
-// The request a transaction coordinator sends each partition leader; this
-// broker's own coordinator sends v2 (v1 to a node that serves no more)
-// through c.internalRequest, and tests
-// (or another coordinator) may send any version over the network. Each
-// marker is checked against the producer's state at the leader with
-// KIP-1228's rules (partition.appendMarker): a v2 request whose marker says
-// TransactionVersion 2 gets the strict rule (markerEpoch > current; equal
-// with no open transaction is an already-written marker: success, nothing
-// written twice), a v0/v1 request or a TV0/TV1 marker the legacy rule
-// (markerEpoch >= current), and the LegacyMarkerValidation debug switch
-// gives TV2 markers the legacy rule too. An old node (OldNodes) serves
-// v0-1 only and checks every marker with the legacy rule
-// (mixed_versions.go). A refused marker gets
-// INVALID_PRODUCER_EPOCH (TRANSACTION_COORDINATOR_FENCED for an older
-// coordinator epoch) and writes nothing. A partition this node does not
-// lead gets NOT_LEADER_OR_FOLLOWER, an unknown one
-// UNKNOWN_TOPIC_OR_PARTITION. A marker written to an internal topic is
-// handed to the coordinator that owns it (c.onMarker). Skipped: the
-// CLUSTER_ACTION authorization (there are no ACLs).
+// Versions: 0-2; an old node (OldNodes) serves 0-1 only (mixed_versions.go).
+// v2 carries the marker's TransactionVersion (KIP-1228).
+//
+// Behaviour:
+//   - The request a transaction coordinator sends each partition leader:
+//     this broker's own coordinator sends v2 (v1 to a node that serves no
+//     more) through c.internalRequest; tests, or another coordinator, may
+//     send any version over the network.
+//   - Each marker is checked against the producer's state at the leader with
+//     KIP-1228's rules (partition.appendMarker): a v2 request whose marker
+//     says TransactionVersion 2 gets the strict rule (markerEpoch > current;
+//     equal with no open transaction is an already-written marker: success,
+//     nothing written twice), a v0/v1 request or a TV0/TV1 marker the legacy
+//     rule (markerEpoch >= current). The LegacyMarkerValidation debug switch
+//     gives TV2 markers the legacy rule too; an old node checks every marker
+//     with the legacy rule.
+//   - A refused marker gets INVALID_PRODUCER_EPOCH
+//     (TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch) and
+//     writes nothing.
+//   - A partition this node does not lead gets NOT_LEADER_OR_FOLLOWER, an
+//     unknown one UNKNOWN_TOPIC_OR_PARTITION.
+//   - A marker written to an internal topic is handed to the coordinator
+//     that owns it (c.onMarker).
+//
+// Skipped:
+//   - the CLUSTER_ACTION authorization (there are no ACLs).
 
 import (
 	"time"

@@ -1,34 +1,45 @@
 package broker
 
-// TxnOffsetCommit: versions 0-6.
+// TxnOffsetCommit (key 28).
 //
-// Commits offsets inside a transaction, at the group's coordinator
-// (NOT_COORDINATOR from any other node). The group and member are checked
-// as for OffsetCommit, except that a commit without member and generation
-// (v0-2 carry neither) is accepted while the group has members, and a
-// rebalance awaiting its leader does not refuse it; v3+ check the member
-// (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) and generation
-// (ILLEGAL_GENERATION; a missing group is GROUP_ID_NOT_FOUND from v6). Then
-// the transaction coordinator of the transactional id is asked, through the
-// same AddPartitionsToTxn handler (broker form) the network uses, to add the
-// group's __consumer_offsets partition to the producer's transaction (v5+,
-// transaction version 2: the request does AddOffsetsToTxn's job) or to
-// confirm that AddOffsetsToTxn added it (v0-4); its answer (e.g.
-// INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) becomes every
-// partition's error, and an unreachable coordinator COORDINATOR_NOT_AVAILABLE.
-// As Kafka's partition verification maps them, PRODUCER_FENCED reads
-// INVALID_PRODUCER_EPOCH for every version (clients expect that from a
-// partition), and TRANSACTION_ABORTABLE reads INVALID_TXN_STATE for v0-3,
-// which predate KIP-1050 (v4 clients know TRANSACTION_ABORTABLE). The offsets
-// are written as one transactional batch with the producer's id and epoch
-// and stay invisible (OffsetFetch answers the previous offset, or
-// UNSTABLE_OFFSET_COMMIT with RequireStable) until the transaction's COMMIT
-// marker lands on that partition; ABORT discards them. v6 names topics by
-// id (UNKNOWN_TOPIC_ID). A KIP-848 consumer group is checked as for
-// OffsetCommit with the member epoch as the generation (any version: a
-// transactional commit is exempt from OffsetCommit's v9 rule), so a
-// consumer's consume-transform-produce commits its group's offsets in the
-// transaction.
+// Versions: 0-6. v3 brings member and generation, v4 TRANSACTION_ABORTABLE
+// (KIP-1050), v5 transaction version 2 (the request does AddOffsetsToTxn's
+// job), v6 topic ids and GROUP_ID_NOT_FOUND for a missing group.
+//
+// Behaviour:
+//   - Commits offsets inside a transaction, at the group's coordinator
+//     (NOT_COORDINATOR from any other node).
+//   - The group and member are checked as for OffsetCommit, except that a
+//     commit without member and generation (v0-2 carry neither) is accepted
+//     while the group has members, and a rebalance awaiting its leader does
+//     not refuse it; v3+ check the member (UNKNOWN_MEMBER_ID,
+//     FENCED_INSTANCE_ID) and generation (ILLEGAL_GENERATION; a missing
+//     group is GROUP_ID_NOT_FOUND from v6).
+//   - A KIP-848 consumer group is checked as for OffsetCommit with the
+//     member epoch as the generation (any version: a transactional commit is
+//     exempt from OffsetCommit's v9 rule), so a consumer's
+//     consume-transform-produce commits its group's offsets in the
+//     transaction.
+//   - Then the transaction coordinator of the transactional id is asked,
+//     through the same AddPartitionsToTxn handler (broker form) the network
+//     uses (txn_verify.go), to add the group's __consumer_offsets partition
+//     to the producer's transaction (v5+) or to verify that AddOffsetsToTxn
+//     added it (v0-4). Its answer (e.g. INVALID_PRODUCER_EPOCH,
+//     PRODUCER_FENCED, INVALID_TXN_STATE) becomes every partition's error,
+//     and a coordinator that cannot answer COORDINATOR_NOT_AVAILABLE. As
+//     Kafka's partition verification maps them, PRODUCER_FENCED reads
+//     INVALID_PRODUCER_EPOCH for every version (clients expect that from a
+//     partition), and TRANSACTION_ABORTABLE reads INVALID_TXN_STATE for
+//     v0-3.
+//   - The offsets are written as one transactional batch with the producer's
+//     id and epoch and stay invisible (OffsetFetch answers the previous
+//     offset, or UNSTABLE_OFFSET_COMMIT with RequireStable) until the
+//     transaction's COMMIT marker lands on that partition; ABORT discards
+//     them.
+//   - v6 names topics by id (UNKNOWN_TOPIC_ID).
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"
@@ -66,7 +77,11 @@ func handleTxnOffsetCommit(c *Cluster, r *request) (kmsg.Response, error) {
 	}
 	if groupErr == nil && anyValid(writes) {
 		partition := c.CoordinatorPartition(coordinatorGroup, req.Group)
-		groupErr = g.addOffsetsToTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, partition, req.Version < 5)
+		join := txnVerifyOnly
+		if req.Version >= 5 {
+			join = txnAdd
+		}
+		groupErr = g.addOffsetsToTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, partition, join)
 		switch {
 		case groupErr == kerr.ProducerFenced:
 			groupErr = kerr.InvalidProducerEpoch

@@ -1,21 +1,28 @@
 package broker
 
-// DescribeConfigs: versions 0-4.
+// DescribeConfigs (key 32).
 //
-// GROUP resources (type 32): every group config Kafka 4.4 has
-// (share_group_config.go) with its effective value, source GROUP_CONFIG
-// when set for the group and DEFAULT_CONFIG otherwise, its type and, when
-// asked, its documentation; any group name may be described, whether or
-// not the group exists (INVALID_REQUEST for the empty name, as Kafka
-// refuses a default group resource). TOPIC
-// resources (type 2): the configs the topic was created or altered with
-// (DYNAMIC_TOPIC_CONFIG) and the defaults of common topic configs that the
-// broker reports but does not enforce (DEFAULT_CONFIG);
-// UNKNOWN_TOPIC_OR_PARTITION for an unknown topic. BROKER resources (type
-// 4): an empty list for an existing node id or the empty name (the bundled
-// broker exposes no broker configs). ConfigNames restricts the answer.
-// Other resource types get INVALID_REQUEST. Skipped: synonyms,
-// authorization.
+// Versions: 0-4. v3 brings config types and documentation.
+//
+// Behaviour:
+//   - GROUP resources (type 32): every group config Kafka 4.4 has
+//     (share_group_config.go) with its effective value, source GROUP_CONFIG
+//     when set for the group and DEFAULT_CONFIG otherwise, its type and,
+//     when asked, its documentation. Any group name may be described,
+//     whether or not the group exists; the empty name is INVALID_REQUEST, as
+//     Kafka refuses a default group resource.
+//   - TOPIC resources (type 2): the configs the topic was created or altered
+//     with (DYNAMIC_TOPIC_CONFIG) and the defaults of common topic configs
+//     that the broker reports but does not enforce (DEFAULT_CONFIG);
+//     UNKNOWN_TOPIC_OR_PARTITION for an unknown topic.
+//   - BROKER resources (type 4): an empty list for an existing node id or
+//     the empty name (the bundled broker exposes no broker configs).
+//   - ConfigNames restricts the answer. Other resource types get
+//     INVALID_REQUEST.
+//
+// Skipped:
+//   - synonyms;
+//   - authorization.
 
 import (
 	"sort"

@@ -1,14 +1,21 @@
 package broker
 
-// DeleteGroups: versions 0-3.
+// DeleteGroups (key 42).
 //
-// Deletes groups, each at its own coordinator (NOT_COORDINATOR per group
-// from any other node). A classic or KIP-848 consumer group must have no
-// members (NON_EMPTY_GROUP); its offsets and metadata are tombstoned in
-// __consumer_offsets, so a new coordinator does not bring them back. A name
-// that is no classic group is tried as a share group (its share state is
-// deleted by the share coordinator); neither gives GROUP_ID_NOT_FOUND. v3
-// adds an error message to each failed group.
+// Versions: 0-3. v3 adds an error message to each failed group.
+//
+// Behaviour:
+//   - Deletes groups, each at its own coordinator (NOT_COORDINATOR per group
+//     from any other node).
+//   - A classic or KIP-848 consumer group must have no members
+//     (NON_EMPTY_GROUP); its offsets and metadata are tombstoned in
+//     __consumer_offsets, so a new coordinator does not bring them back.
+//   - A name that is no classic group is tried as a share group (its share
+//     state is deleted by the share coordinator); neither gives
+//     GROUP_ID_NOT_FOUND.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

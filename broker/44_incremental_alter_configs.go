@@ -1,18 +1,26 @@
 package broker
 
-// IncrementalAlterConfigs: versions 0-1.
+// IncrementalAlterConfigs (key 44).
 //
-// GROUP resources (type 32): SET and DELETE of Kafka 4.4's group configs
-// (share_group_config.go), every value validated, all of a resource's
-// changes applied or none (INVALID_CONFIG with the reason, also for APPEND
-// and SUBTRACT, which Kafka refuses for every group config, the list one
-// included); the empty group name is Kafka's
-// "default group resource", refused with INVALID_REQUEST. TOPIC resources
-// (type 2): SET, DELETE, and APPEND/SUBTRACT on comma-separated values,
-// kept in the topic's configs without validation (as CreateTopics keeps
-// them); UNKNOWN_TOPIC_OR_PARTITION for an unknown topic. ValidateOnly
-// checks without changing anything. Other resource types get
-// INVALID_REQUEST. Skipped: authorization, broker configs.
+// Versions: 0-1.
+//
+// Behaviour:
+//   - GROUP resources (type 32): SET and DELETE of Kafka 4.4's group configs
+//     (share_group_config.go), every value validated, all of a resource's
+//     changes applied or none (INVALID_CONFIG with the reason, also for
+//     APPEND and SUBTRACT, which Kafka refuses for every group config, the
+//     list one included). The empty group name is Kafka's "default group
+//     resource", refused with INVALID_REQUEST.
+//   - TOPIC resources (type 2): SET, DELETE, and APPEND/SUBTRACT on
+//     comma-separated values, kept in the topic's configs without validation
+//     (as CreateTopics keeps them); UNKNOWN_TOPIC_OR_PARTITION for an
+//     unknown topic. A change re-arms the topic's retention (retention.go).
+//   - ValidateOnly checks without changing anything. Other resource types
+//     get INVALID_REQUEST.
+//
+// Skipped:
+//   - broker configs;
+//   - authorization.
 
 import (
 	"slices"

@@ -1,15 +1,23 @@
 package broker
 
-// AlterPartitionReassignments: versions 0-1.
+// AlterPartitionReassignments (key 45).
 //
-// A reassignment of any partition, internal ones included, is an immediate
-// leadership move to the first listed replica (the only copy moves with
-// it): the leader epoch is bumped and coordinators of internal partitions
-// resign on the old node and reload on the new one. A null replica list
-// (cancel) is a no-op, since no reassignment is ever in flight. Errors: more
-// than one replica (INVALID_REPLICA_ASSIGNMENT: one copy only), unknown node
-// (INVALID_REPLICA_ASSIGNMENT), unknown partition
-// (UNKNOWN_TOPIC_OR_PARTITION).
+// Versions: 0-1.
+//
+// Behaviour:
+//   - A reassignment of any partition, internal ones included, is an
+//     immediate leadership move to the first listed replica (the only copy
+//     moves with it): the leader epoch is bumped, and coordinators of
+//     internal partitions resign on the old node and reload on the new one.
+//   - A null replica list (cancel) is a no-op, since no reassignment is ever
+//     in flight.
+//   - Errors: more than one replica (INVALID_REPLICA_ASSIGNMENT: one copy
+//     only), an unknown node (INVALID_REPLICA_ASSIGNMENT), an unknown
+//     partition (UNKNOWN_TOPIC_OR_PARTITION).
+//
+// Skipped:
+//   - replication (there is one copy);
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

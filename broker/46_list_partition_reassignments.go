@@ -1,10 +1,17 @@
 package broker
 
-// ListPartitionReassignments: version 0.
+// ListPartitionReassignments (key 46).
 //
-// Reassignments complete at once, so none is ever ongoing: the answer lists
-// no partitions. Unknown topics or partitions asked for by name get
-// UNKNOWN_TOPIC_OR_PARTITION at the top level, as Kafka answers them.
+// Versions: 0.
+//
+// Behaviour:
+//   - Reassignments complete at once, so none is ever ongoing: the answer
+//     lists no partitions.
+//   - Unknown topics or partitions asked for by name get
+//     UNKNOWN_TOPIC_OR_PARTITION at the top level, as Kafka answers them.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

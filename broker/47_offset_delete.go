@@ -1,14 +1,23 @@
 package broker
 
-// OffsetDelete: version 0.
+// OffsetDelete (key 47).
 //
-// Deletes committed offsets of a group at its coordinator (NOT_COORDINATOR
-// from any other node; GROUP_ID_NOT_FOUND for no such group). An empty
-// group loses any of its offsets; a stable consumer-protocol group, and a
-// KIP-848 consumer group in any state, keeps the offsets of topics a member
-// subscribes to (GROUP_SUBSCRIBED_TO_TOPIC per partition) and loses the
-// others; any other group with members answers NON_EMPTY_GROUP. Deleted offsets are tombstoned in __consumer_offsets.
-// Partitions without an offset succeed.
+// Versions: 0.
+//
+// Behaviour:
+//   - Deletes committed offsets of a group at its coordinator
+//     (NOT_COORDINATOR from any other node; GROUP_ID_NOT_FOUND for no such
+//     group).
+//   - An empty group loses any of its offsets; a stable consumer-protocol
+//     group, and a KIP-848 consumer group in any state, keeps the offsets of
+//     topics a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC per
+//     partition) and loses the others; any other group with members answers
+//     NON_EMPTY_GROUP.
+//   - Deleted offsets are tombstoned in __consumer_offsets. Partitions
+//     without an offset succeed.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

@@ -1,16 +1,24 @@
 package broker
 
-// DescribeProducers: version 0.
+// DescribeProducers (key 61).
 //
-// The producer state a partition leader holds for each producer id that
-// wrote to the partition: epoch, last sequence (-1 when the producer has
-// written no idempotent batch under its current epoch), the time of its
-// last write, the coordinator epoch of the last marker, and the first
-// offset of its open transaction (-1 for none). Answered by the leader
-// only: NOT_LEADER_OR_FOLLOWER elsewhere, UNKNOWN_TOPIC_OR_PARTITION for a
-// partition that does not exist. Producers are listed by id; a producer
-// idle for ProducerIDExpiration (Kafka's producer.id.expiration.ms) with
-// no open transaction is gone (producer_expiry.go). Skipped: authorization.
+// Versions: 0.
+//
+// Behaviour:
+//   - The producer state a partition leader holds for each producer id that
+//     wrote to the partition: epoch, last sequence (-1 when the producer has
+//     written no idempotent batch under its current epoch), the time of its
+//     last write, the coordinator epoch of the last marker, and the first
+//     offset of its open transaction (-1 for none). Producers are listed by
+//     id.
+//   - Answered by the leader only: NOT_LEADER_OR_FOLLOWER elsewhere,
+//     UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+//   - A producer idle for ProducerIDExpiration (Kafka's
+//     producer.id.expiration.ms) with no open transaction is gone
+//     (producer_expiry.go).
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"sort"

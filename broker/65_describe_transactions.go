@@ -1,14 +1,20 @@
 package broker
 
-// DescribeTransactions: version 0.
+// DescribeTransactions (key 65).
 //
-// For each transactional id: its state (Kafka's names), producer id and
-// epoch, timeout, start time (-1 when no transaction has started) and the
-// partitions of the ongoing or prepared transaction. Each id is answered
-// only by the node leading its __transaction_state partition, after
-// checking that leadership (NOT_COORDINATOR otherwise, KAFKA-21181); an
-// unknown id is TRANSACTIONAL_ID_NOT_FOUND, an empty one INVALID_REQUEST.
-// Skipped: authorization.
+// Versions: 0.
+//
+// Behaviour:
+//   - For each transactional id: its state (Kafka's names), producer id and
+//     epoch, timeout, start time (-1 when no transaction has started) and
+//     the partitions of the ongoing or prepared transaction.
+//   - Each id is answered only by the node leading its __transaction_state
+//     partition, after checking that leadership (NOT_COORDINATOR otherwise,
+//     KAFKA-21181); an unknown id is TRANSACTIONAL_ID_NOT_FOUND, an empty
+//     one INVALID_REQUEST.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

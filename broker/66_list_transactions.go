@@ -1,16 +1,22 @@
 package broker
 
-// ListTransactions: versions 0-2.
+// ListTransactions (key 66).
 //
-// The transactions of the __transaction_state partitions this node leads
-// (each checked as every coordinator answer is: a partition the node no
-// longer leads is not listed), filtered as Kafka filters them: by state
-// name (a name Kafka does not know comes back in UnknownStateFilters and
-// matches nothing), by producer id, from v1 by duration (only
-// transactions whose start is more than DurationFilterMillis ago; -1 for
-// no filter) and from v2 by a transactional-id pattern (RE2 syntax, whole
-// id; a pattern that does not compile is INVALID_REGULAR_EXPRESSION).
-// Listed by transactional id. Skipped: authorization.
+// Versions: 0-2. v1 filters by duration, v2 by a transactional-id pattern.
+//
+// Behaviour:
+//   - The transactions of the __transaction_state partitions this node leads
+//     (each checked as every coordinator answer is: a partition the node no
+//     longer leads is not listed), listed by transactional id.
+//   - Filtered as Kafka filters them: by state name (a name Kafka does not
+//     know comes back in UnknownStateFilters and matches nothing), by
+//     producer id, from v1 by duration (only transactions whose start is
+//     more than DurationFilterMillis ago; -1 for no filter) and from v2 by a
+//     transactional-id pattern (RE2 syntax, whole id; a pattern that does
+//     not compile is INVALID_REGULAR_EXPRESSION).
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"regexp"

@@ -1,36 +1,45 @@
 package broker
 
-// ConsumerGroupHeartbeat: versions 0-1 (KIP-848; v1 is KIP-1082's: the
-// client chooses its member id, and SubscribedTopicRegex is there).
+// ConsumerGroupHeartbeat (key 68, KIP-848).
 //
-// Served by the group coordinator (NOT_COORDINATOR elsewhere). The request
-// is checked as Kafka checks it (INVALID_REQUEST with Kafka's message): a
-// group id; from v1 a member id, and in v0 one for every epoch but 0 (v0
-// members that join without one get a UUID); no blank instance or rack id;
-// epoch 0 needs a rebalance timeout, an empty owned-partitions list and a
-// subscription (names or regex); epoch -2 needs an instance id; any epoch
-// below -2 is invalid. A regex that does not compile is
-// INVALID_REGULAR_EXPRESSION, a server assignor other than uniform and
-// range UNSUPPORTED_ASSIGNOR.
+// Versions: 0-1. v1 is KIP-1082's: the client chooses its member id, and
+// SubscribedTopicRegex is there.
 //
-// Epoch 0 joins, creating the group or converting an empty classic group
-// (consumer_group.go), or rejoins an existing member (which then owns
-// nothing). Another epoch must be the member's (FENCED_MEMBER_EPOCH
-// otherwise, except the previous epoch with owned partitions inside its
-// assignment: the answer that raised it was lost); unknown members are
-// UNKNOWN_MEMBER_ID, a group that is not a consumer group
-// GROUP_ID_NOT_FOUND. Static members: a new incarnation replaces one that
-// left with epoch -2 and inherits its assignment; UNRELEASED_INSTANCE_ID
-// while the old one is still in, FENCED_INSTANCE_ID for a member id the
-// instance id does not belong to. Epoch -1 leaves (the partitions are
-// reassigned), -2 leaves for a while (the partitions wait for the next
-// incarnation until the session times out). The answer carries the member
-// id, its epoch, the heartbeat interval (consumer.heartbeat.interval.ms)
-// and the assignment when the request was a full one or the assignment
-// changed (consumer_group_reconcile.go has the state machine,
-// consumer_group_assignors.go the assignors). Skipped:
-// GROUP_MAX_SIZE_REACHED, rack-aware assignment, classic members inside
-// consumer groups (online upgrade and downgrade), authorization.
+// Behaviour:
+//   - Served by the group coordinator (NOT_COORDINATOR elsewhere).
+//   - The request is checked as Kafka checks it (INVALID_REQUEST with
+//     Kafka's message): a group id; from v1 a member id, and in v0 one for
+//     every epoch but 0 (v0 members that join without one get a UUID); no
+//     blank instance or rack id; epoch 0 needs a rebalance timeout, an empty
+//     owned-partitions list and a subscription (names or regex); epoch -2
+//     needs an instance id; any epoch below -2 is invalid. A regex that does
+//     not compile is INVALID_REGULAR_EXPRESSION, a server assignor other
+//     than uniform and range UNSUPPORTED_ASSIGNOR.
+//   - Epoch 0 joins, creating the group or converting an empty classic group
+//     (consumer_group.go), or rejoins an existing member (which then owns
+//     nothing).
+//   - Another epoch must be the member's (FENCED_MEMBER_EPOCH otherwise,
+//     except the previous epoch with owned partitions inside its assignment:
+//     the answer that raised it was lost); unknown members are
+//     UNKNOWN_MEMBER_ID, a group that is not a consumer group
+//     GROUP_ID_NOT_FOUND.
+//   - Static members: a new incarnation replaces one that left with epoch -2
+//     and inherits its assignment; UNRELEASED_INSTANCE_ID while the old one
+//     is still in, FENCED_INSTANCE_ID for a member id the instance id does
+//     not belong to.
+//   - Epoch -1 leaves (the partitions are reassigned), -2 leaves for a while
+//     (the partitions wait for the next incarnation until the session times
+//     out).
+//   - The answer carries the member id, its epoch, the heartbeat interval
+//     (consumer.heartbeat.interval.ms) and the assignment when the request
+//     was a full one or the assignment changed (consumer_group_reconcile.go
+//     has the state machine, consumer_group_assignors.go the assignors).
+//
+// Skipped:
+//   - GROUP_MAX_SIZE_REACHED;
+//   - rack-aware assignment;
+//   - classic members inside consumer groups (online upgrade and downgrade);
+//   - authorization.
 
 import (
 	"strings"
@@ -46,10 +55,7 @@ func handleConsumerGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error)
 	req := r.kreq.(*kmsg.ConsumerGroupHeartbeatRequest)
 	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
 		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
 	if err, msg := validateConsumerHeartbeat(req); err != nil {

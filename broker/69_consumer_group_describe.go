@@ -1,20 +1,26 @@
 package broker
 
-// ConsumerGroupDescribe: versions 0-1 (KIP-848).
+// ConsumerGroupDescribe (key 69, KIP-848).
 //
-// Describes consumer groups, each at its own coordinator (NOT_COORDINATOR
-// per group from any other node): state (Empty, Reconciling, Stable;
-// Assigning never shows, since assignments are computed at once), group
-// and assignment epochs, the assignor the group uses, and every member
-// with its instance and rack ids, member epoch, client id and host,
-// subscription (names and regex as the member sent them; "" for no regex,
-// as Kafka answers), current and
-// target assignment (by topic id and name), and (v1) member type 1 (a
-// consumer-protocol member; classic members do not exist here). An empty
-// group id is INVALID_GROUP_ID, a name that is no consumer group (none, a
-// classic or a share group) GROUP_ID_NOT_FOUND. With
-// IncludeAuthorizedOperations every group operation is allowed (there are
-// no ACLs).
+// Versions: 0-1. v1 adds the member type.
+//
+// Behaviour:
+//   - Describes consumer groups, each at its own coordinator
+//     (NOT_COORDINATOR per group from any other node): state (Empty,
+//     Reconciling, Stable; Assigning never shows, since assignments are
+//     computed at once), group and assignment epochs, the assignor the group
+//     uses, and every member with its instance and rack ids, member epoch,
+//     client id and host, subscription (names and regex as the member sent
+//     them; "" for no regex, as Kafka answers), current and target
+//     assignment (by topic id and name), and (v1) member type 1 (a
+//     consumer-protocol member; classic members do not exist here).
+//   - An empty group id is INVALID_GROUP_ID, a name that is no consumer
+//     group (none, a classic or a share group) GROUP_ID_NOT_FOUND.
+//   - With IncludeAuthorizedOperations every group operation is allowed
+//     (there are no ACLs).
+//
+// Skipped:
+//   - authorization (there are no ACLs).
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -34,10 +40,7 @@ func handleConsumerGroupDescribe(c *Cluster, r *request) (kmsg.Response, error) 
 			rg.AuthorizedOperations = groupOperationsAllowed
 		}
 		fail := func(err *kerr.Error, msg string) {
-			rg.ErrorCode = err.Code
-			if msg != "" {
-				rg.ErrorMessage = &msg
-			}
+			setError(&rg.ErrorCode, &rg.ErrorMessage, err, msg)
 			resp.Groups = append(resp.Groups, rg)
 		}
 		if name == "" {

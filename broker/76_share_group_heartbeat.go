@@ -1,23 +1,31 @@
 package broker
 
-// ShareGroupHeartbeat: version 1 (version 0 was Kafka 4.0's early access
-// and is gone).
+// ShareGroupHeartbeat (key 76, KIP-932).
 //
-// Served by the group coordinator (NOT_COORDINATOR elsewhere). Epoch 0
-// joins (creating the group; SubscribedTopicNames required) or, for a
-// member the group has, rejoins keeping its epoch unless the subscription
-// changed; -1 leaves (releasing every record the member holds; the answer
-// echoes the member id); any other epoch must be the member's current one
-// or the one before it (accepted, as Kafka accepts a client that lost the
-// answer raising it; FENCED_MEMBER_EPOCH otherwise). A non-zero epoch to a
-// group that does not exist is GROUP_ID_NOT_FOUND, to a member the group
-// does not have UNKNOWN_MEMBER_ID. Every member is
-// assigned every partition of the topics it subscribes to; the assignment
-// is sent on joining, on a heartbeat that carries the subscription and
-// whenever it changes, and the share state of newly assigned partitions is
-// initialized then. Members that miss share.session.timeout.ms are fenced
-// and their records released. Skipped: GROUP_MAX_SIZE_REACHED, rack-aware
-// assignment, authorization.
+// Versions: 1 (version 0 was Kafka 4.0's early access and is gone).
+//
+// Behaviour:
+//   - Served by the group coordinator (NOT_COORDINATOR elsewhere).
+//   - Epoch 0 joins (creating the group; SubscribedTopicNames required) or,
+//     for a member the group has, rejoins keeping its epoch unless the
+//     subscription changed; -1 leaves (releasing every record the member
+//     holds; the answer echoes the member id); any other epoch must be the
+//     member's current one or the one before it (accepted, as Kafka accepts
+//     a client that lost the answer raising it; FENCED_MEMBER_EPOCH
+//     otherwise).
+//   - A non-zero epoch to a group that does not exist is GROUP_ID_NOT_FOUND,
+//     to a member the group does not have UNKNOWN_MEMBER_ID.
+//   - Every member is assigned every partition of the topics it subscribes
+//     to; the assignment is sent on joining, on a heartbeat that carries the
+//     subscription and whenever it changes, and the share state of newly
+//     assigned partitions is initialized then.
+//   - Members that miss share.session.timeout.ms are fenced and their
+//     records released.
+//
+// Skipped:
+//   - GROUP_MAX_SIZE_REACHED;
+//   - rack-aware assignment;
+//   - authorization.
 
 import (
 	"time"
@@ -32,10 +40,7 @@ func handleShareGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.ShareGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
 	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
 	switch {

@@ -1,13 +1,20 @@
 package broker
 
-// ShareGroupDescribe: version 1.
+// ShareGroupDescribe (key 77, KIP-932).
 //
-// Served by the group coordinator of each group (NOT_COORDINATOR per group
-// elsewhere): state (Empty or Stable), group epoch, assignment epoch (the
-// same: assignment is computed at once), the "simple" assignor, and each
-// member's client id and host, rack, subscription and assignment.
-// GROUP_ID_NOT_FOUND for a name that is no share group. Skipped:
-// authorized operations (always the "not requested" value).
+// Versions: 1.
+//
+// Behaviour:
+//   - Served by the group coordinator of each group (NOT_COORDINATOR per
+//     group elsewhere): state (Empty or Stable), group epoch, assignment
+//     epoch (the same: assignment is computed at once), the "simple"
+//     assignor, and each member's client id and host, rack, subscription and
+//     assignment.
+//   - GROUP_ID_NOT_FOUND for a name that is no share group.
+//
+// Skipped:
+//   - authorized operations (always the "not requested" value);
+//   - authorization.
 
 import (
 	"sort"

@@ -1,35 +1,50 @@
 package broker
 
-// ShareFetch: versions 1-2 (version 0 was Kafka 4.0's early access).
+// ShareFetch (key 78, KIP-932).
 //
-// Share sessions per (group, member, node): epoch 0 opens one for a member
-// of the group (UNKNOWN_MEMBER_ID otherwise, deliberately stricter than
-// Kafka, which lets any member id fetch: see docs/differences.md,
-// share_fetch/fetch before joining; acknowledgements on it get
-// INVALID_SHARE_SESSION_EPOCH), later epochs must be the session's next
-// (INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND), and -1 applies
-// the piggybacked acknowledgements and closes the session, releasing what
-// the member holds there. Topics add partitions to the session,
-// ForgottenTopicsData removes them. Piggybacked acknowledgements (GAP,
-// ACCEPT, RELEASE, REJECT; RENEW with v2's IsRenewAck) are applied first,
-// all or nothing per partition, with the outcome in AcknowledgeErrorCode
-// (offsets before the start offset ignored, past the last one handed out
-// INVALID_REQUEST, RENEW refused when share.renew.acknowledge.enable is
-// false); a request with IsRenewAck fetches nothing (KIP-1222). Then
-// AVAILABLE records of the session's partitions are acquired for the
-// member, up to MaxRecords (the broker's default when 0) and MaxBytes
-// (capped, like Fetch's, by FetchMaxBytes), as the group's share.isolation.level and share.partition.max.record.locks
-// allow, control records included (share_partition.go); a share-partition
-// that share.auto.offset.reset=by_duration cannot place yet answers
-// OFFSET_NOT_AVAILABLE. The response carries the stored batches that hold
-// them and the AcquiredRecords ranges with their delivery counts. With
-// nothing to hand out the request waits up to MaxWaitMillis for records to
-// arrive or be released. A partition this node does not lead answers
-// NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint.
-// Skipped: BatchSize and ShareAcquireMode (acquisition never exceeds
-// MaxRecords, which both modes allow), MinBytes beyond "at least one
-// record", authorization, releasing a session's records when its
-// connection closes.
+// Versions: 1-2 (version 0 was Kafka 4.0's early access). v2 brings
+// IsRenewAck (KIP-1222) and ShareAcquireMode (KIP-1206).
+//
+// Behaviour:
+//   - Share sessions per (group, member, node), opened with
+//     ShareAcknowledge's checks (beginShareCall, share_session.go): GroupID
+//     and MemberID are required (INVALID_REQUEST); epoch 0 opens a session
+//     for a member of the group (UNKNOWN_MEMBER_ID otherwise, deliberately
+//     stricter than Kafka, which lets any member id fetch: see
+//     docs/differences.md, share_fetch/fetch before joining;
+//     acknowledgements on it get INVALID_SHARE_SESSION_EPOCH); later epochs
+//     must be the session's next (INVALID_SHARE_SESSION_EPOCH,
+//     SHARE_SESSION_NOT_FOUND); -1 applies the piggybacked acknowledgements
+//     and closes the session, releasing what the member holds there.
+//   - Topics add partitions to the session, ForgottenTopicsData removes
+//     them.
+//   - Piggybacked acknowledgements (GAP, ACCEPT, RELEASE, REJECT; RENEW with
+//     v2's IsRenewAck) are applied first, all or nothing per partition, with
+//     the outcome in AcknowledgeErrorCode (offsets before the start offset
+//     ignored, past the last one handed out INVALID_REQUEST, RENEW refused
+//     when share.renew.acknowledge.enable is false); a request with
+//     IsRenewAck fetches nothing (KIP-1222).
+//   - Then AVAILABLE records of the session's partitions are acquired for
+//     the member, up to MaxRecords (the broker's default when 0) and
+//     MaxBytes (capped, like Fetch's, by FetchMaxBytes), as the group's
+//     share.isolation.level and share.partition.max.record.locks allow,
+//     control records included (share_partition.go). A share-partition that
+//     share.auto.offset.reset=by_duration cannot place yet answers
+//     OFFSET_NOT_AVAILABLE.
+//   - The answer carries the stored batches that hold them, the
+//     AcquiredRecords ranges with their delivery counts, and the group's
+//     AcquisitionLockTimeoutMillis.
+//   - With nothing to hand out the request waits up to MaxWaitMillis for
+//     records to arrive or be released.
+//   - A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER
+//     with the current leader and its endpoint.
+//
+// Skipped:
+//   - BatchSize and ShareAcquireMode (acquisition never exceeds MaxRecords,
+//     which both modes allow);
+//   - MinBytes beyond "at least one record";
+//   - releasing a session's records when its connection closes;
+//   - authorization.
 
 import (
 	"time"
@@ -45,32 +60,13 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
 	sc := c.coordinators.share
 	now := time.Now()
-	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+	call, err, msg := sc.beginShareCall(r.node.id, req.GroupID, req.MemberID, req.ShareSessionEpoch, true, now)
+	resp.AcquisitionLockTimeoutMillis = call.lockMillis
+	if err != nil {
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
-	group, member := shareStringOrEmpty(req.GroupID), shareStringOrEmpty(req.MemberID)
-	if group == "" || member == "" {
-		return fail(kerr.InvalidRequest, "GroupID and MemberID are required")
-	}
-	resp.AcquisitionLockTimeoutMillis = int32(sc.lockDuration(group).Milliseconds())
-	key := shareSessionKey{group: group, member: member, node: r.node.id}
-	var s *shareSession
-	if req.ShareSessionEpoch == 0 {
-		g := sc.groups[group]
-		if g == nil || g.members[member] == nil {
-			return fail(kerr.UnknownMemberID, "the member is not in the share group")
-		}
-		s = sc.openSession(key, g.members[member], now)
-	} else {
-		var err *kerr.Error
-		if s, err = sc.session(key, req.ShareSessionEpoch); err != nil {
-			return fail(err, "")
-		}
-	}
+	group, member, s := call.group, call.member, call.session
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
 			s.parts[shareTP{topicID: rt.TopicID, partition: rp.Partition}] = struct{}{}
@@ -93,10 +89,7 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 				batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes})
 			}
 			if _, err, msg := sc.acknowledge(r.node.id, group, member, tp, batches, renew, now); err != nil {
-				out.AcknowledgeErrorCode = err.Code
-				if msg != "" {
-					out.AcknowledgeErrorMessage = &msg
-				}
+				setError(&out.AcknowledgeErrorCode, &out.AcknowledgeErrorMessage, err, msg)
 			}
 		}
 	}
@@ -127,11 +120,4 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	}
 	sc.park(r, s, ans, lim, c.longPoll(req.MaxWaitMillis), now)
 	return nil, nil
-}
-
-func shareStringOrEmpty(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -1,21 +1,32 @@
 package broker
 
-// ShareAcknowledge: versions 1-2 (version 0 was Kafka 4.0's early access).
+// ShareAcknowledge (key 79, KIP-932).
 //
-// Acknowledges records in an open share session (epoch 0 is
-// INVALID_SHARE_SESSION_EPOCH; an unknown session SHARE_SESSION_NOT_FOUND;
-// a wrong epoch INVALID_SHARE_SESSION_EPOCH); epoch -1 also closes the
-// session, releasing what the member still holds there. Types GAP, ACCEPT,
-// RELEASE and REJECT, and RENEW when v2's IsRenewAck is set (KIP-1222;
-// INVALID_REQUEST otherwise; INVALID_RECORD_STATE when the group's
-// share.renew.acknowledge.enable is false), one per range or one per
-// offset. Each partition is all or nothing: offsets before the start
-// offset are done and ignored, as Kafka ignores them; one past the last
-// offset handed out is INVALID_REQUEST; any other offset that is not
-// ACQUIRED by this member under an unexpired lock fails the partition with
-// INVALID_RECORD_STATE. A partition this node does not lead answers
-// NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint. v2
-// answers AcquisitionLockTimeoutMillis. Skipped: authorization.
+// Versions: 1-2 (version 0 was Kafka 4.0's early access). v2 brings
+// IsRenewAck (KIP-1222) and answers AcquisitionLockTimeoutMillis.
+//
+// Behaviour:
+//   - Acknowledges records in an open share session, opened with
+//     ShareFetch's checks (beginShareCall, share_session.go): GroupID and
+//     MemberID are required (INVALID_REQUEST); epoch 0 is
+//     INVALID_SHARE_SESSION_EPOCH, an unknown session
+//     SHARE_SESSION_NOT_FOUND, a wrong epoch INVALID_SHARE_SESSION_EPOCH;
+//     epoch -1 also closes the session, releasing what the member still
+//     holds there.
+//   - Types GAP, ACCEPT, RELEASE and REJECT, and RENEW when v2's IsRenewAck
+//     is set (KIP-1222; INVALID_REQUEST otherwise; INVALID_RECORD_STATE when
+//     the group's share.renew.acknowledge.enable is false), one per range or
+//     one per offset.
+//   - Each partition is all or nothing: offsets before the start offset are
+//     done and ignored, as Kafka ignores them; one past the last offset
+//     handed out is INVALID_REQUEST; any other offset that is not ACQUIRED
+//     by this member under an unexpired lock fails the partition with
+//     INVALID_RECORD_STATE.
+//   - A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER
+//     with the current leader and its endpoint.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"
@@ -31,25 +42,13 @@ func handleShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
 	sc := c.coordinators.share
 	now := time.Now()
-	fail := func(err *kerr.Error, msg string) (kmsg.Response, error) {
-		resp.ErrorCode = err.Code
-		if msg != "" {
-			resp.ErrorMessage = &msg
-		}
+	call, err, msg := sc.beginShareCall(r.node.id, req.GroupID, req.MemberID, req.ShareSessionEpoch, false, now)
+	resp.AcquisitionLockTimeoutMillis = call.lockMillis
+	if err != nil {
+		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
-	group, member := shareStringOrEmpty(req.GroupID), shareStringOrEmpty(req.MemberID)
-	if group == "" || member == "" {
-		return fail(kerr.InvalidRequest, "GroupID and MemberID are required")
-	}
-	resp.AcquisitionLockTimeoutMillis = int32(sc.lockDuration(group).Milliseconds())
-	if req.ShareSessionEpoch == 0 {
-		return fail(kerr.InvalidShareSessionEpoch, "acknowledgements need an open share session")
-	}
-	s, err := sc.session(shareSessionKey{group: group, member: member, node: r.node.id}, req.ShareSessionEpoch)
-	if err != nil {
-		return fail(err, "")
-	}
+	group, member, s := call.group, call.member, call.session
 	renew := req.Version >= 2 && req.IsRenewAck
 	for _, rt := range req.Topics {
 		st := kmsg.NewShareAcknowledgeResponseTopic()
@@ -64,10 +63,7 @@ func handleShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 			}
 			p, err, msg := sc.acknowledge(r.node.id, group, member, shareTP{topicID: rt.TopicID, partition: rp.Partition}, batches, renew, now)
 			if err != nil {
-				sp.ErrorCode = err.Code
-				if msg != "" {
-					sp.ErrorMessage = &msg
-				}
+				setError(&sp.ErrorCode, &sp.ErrorMessage, err, msg)
 				if err == kerr.NotLeaderForPartition {
 					sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = p.leader, p.leaderEpoch
 					addShareAckEndpoint(c, resp, p.leader)

@@ -1,16 +1,22 @@
 package broker
 
-// DescribeShareGroupOffsets: versions 0-1.
+// DescribeShareGroupOffsets (key 90, KIP-932).
 //
-// Served by the group coordinator of each group (NOT_COORDINATOR
-// elsewhere; GROUP_ID_NOT_FOUND for a name that is no share group). For
-// each partition asked for (all initialized share-partitions when Topics is
-// null), the start offset of the share-partition as the share coordinator
-// persisted it, or -1 when the group has no state for it yet, and the
-// partition's leader epoch; v1 adds the lag: records between the start
-// offset and the last stable offset that are neither ACKNOWLEDGED nor
-// ARCHIVED. An unknown topic or partition gets UNKNOWN_TOPIC_OR_PARTITION.
-// Skipped: authorization.
+// Versions: 0-1. v1 adds the lag.
+//
+// Behaviour:
+//   - Served by the group coordinator of each group (NOT_COORDINATOR
+//     elsewhere; GROUP_ID_NOT_FOUND for a name that is no share group).
+//   - For each partition asked for (all initialized share-partitions when
+//     Topics is null): the start offset of the share-partition as the share
+//     coordinator persisted it, or -1 when the group has no state for it
+//     yet, and the partition's leader epoch; v1 adds the lag, the records
+//     between the start offset and the last stable offset that are neither
+//     ACKNOWLEDGED nor ARCHIVED.
+//   - An unknown topic or partition gets UNKNOWN_TOPIC_OR_PARTITION.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"

@@ -1,19 +1,26 @@
 package broker
 
-// AlterShareGroupOffsets: version 0 (KIP-932).
+// AlterShareGroupOffsets (key 91, KIP-932).
 //
-// Sets the start offset of share-partitions of an empty share group, at
-// its group coordinator (NOT_COORDINATOR elsewhere). An empty group id is
-// INVALID_GROUP_ID; a classic or consumer group's name GROUP_ID_NOT_FOUND;
-// a group with members NON_EMPTY_GROUP, all top-level as on Kafka; a name
-// no group has gets an empty share group, as on Kafka 4.4. Per
-// partition: an unknown topic, or a partition the topic does not have, is
-// UNKNOWN_TOPIC_OR_PARTITION; the others get a fresh share state at the
-// next state epoch starting at the given offset (every in-flight record
-// state, and acknowledgements staged by open transactions, are dropped),
-// as Kafka's InitializeShareGroupState does; the group's next member reads
-// from there. A negative start offset starts where share.auto.offset.reset
-// says. Skipped: authorization.
+// Versions: 0.
+//
+// Behaviour:
+//   - Sets the start offset of share-partitions of an empty share group, at
+//     its group coordinator (NOT_COORDINATOR elsewhere).
+//   - Top-level errors, as on Kafka: an empty group id is INVALID_GROUP_ID,
+//     a classic or consumer group's name GROUP_ID_NOT_FOUND, a group with
+//     members NON_EMPTY_GROUP. A name no group has gets an empty share
+//     group, as on Kafka 4.4.
+//   - Per partition: an unknown topic, or a partition the topic does not
+//     have, is UNKNOWN_TOPIC_OR_PARTITION; the others get a fresh share
+//     state at the next state epoch starting at the given offset (every
+//     in-flight record state, and acknowledgements staged by open
+//     transactions, are dropped), as Kafka's InitializeShareGroupState does;
+//     the group's next member reads from there.
+//   - A negative start offset starts where share.auto.offset.reset says.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

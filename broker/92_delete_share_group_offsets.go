@@ -1,17 +1,25 @@
 package broker
 
-// DeleteShareGroupOffsets: version 0 (KIP-932).
+// DeleteShareGroupOffsets (key 92, KIP-932).
 //
-// Deletes the share state of whole topics of an empty share group, at its
-// group coordinator (NOT_COORDINATOR elsewhere), so that the group starts
-// over on them where share.auto.offset.reset says. An empty group id is
-// INVALID_GROUP_ID; a name that is no share group GROUP_ID_NOT_FOUND; a
-// group with members NON_EMPTY_GROUP, all top-level. Per topic: an unknown
-// topic is UNKNOWN_TOPIC_OR_PARTITION, and so is a topic the group has no
-// share state for ("There is no offset information to delete.", Kafka's
-// message); the others have every share-partition's state tombstoned in
-// __share_group_state. As on Kafka, the topics deleted come first in the
-// answer, then those that failed. Skipped: authorization.
+// Versions: 0.
+//
+// Behaviour:
+//   - Deletes the share state of whole topics of an empty share group, at
+//     its group coordinator (NOT_COORDINATOR elsewhere), so that the group
+//     starts over on them where share.auto.offset.reset says.
+//   - Top-level errors: an empty group id is INVALID_GROUP_ID, a name that
+//     is no share group GROUP_ID_NOT_FOUND, a group with members
+//     NON_EMPTY_GROUP.
+//   - Per topic: an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, and so is a
+//     topic the group has no share state for ("There is no offset
+//     information to delete.", Kafka's message); the others have every
+//     share-partition's state tombstoned in __share_group_state.
+//   - As on Kafka, the topics deleted come first in the answer, then those
+//     that failed.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

@@ -1,29 +1,41 @@
 package broker
 
-// TxnShareAcknowledge (KIP-1289, key 95): version 0. Off with
-// ShareTxnAPIs(false).
+// TxnShareAcknowledge (key 95, KIP-1289).
 //
-// Sent to the leader of each data partition. The member must be in the
-// group with a member epoch it has held since it joined
-// (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH: set at the top level and on every
-// partition). Per partition, all or nothing: ACCEPT, RELEASE and REJECT may
-// be staged, GAP and RENEW may not (INVALID_REQUEST); every offset must be
-// ACQUIRED by this member under an unexpired lock (INVALID_RECORD_STATE);
-// the partition's __share_group_state partition must be in the producer's
-// ongoing transaction, which AddShareAcksToTxn puts it in (the transaction
-// coordinator's verification answers, e.g. INVALID_TXN_STATE,
-// PRODUCER_FENCED; its retriable errors come back as NOT_ENOUGH_REPLICAS).
-// The share coordinator then appends a transactional record of the staged
-// acknowledgements, with the producer's id and epoch, to that partition
-// (INVALID_PRODUCER_EPOCH for an epoch older than the one it has seen), and
-// the records go TX_PENDING: their lock stops, and only a marker on that
-// partition resolves them. A retry from the same producer id and epoch of
-// a staging already applied (its answer was lost) is answered again as
-// success without a write, as long as the leader that staged the records
-// still leads (a new leader does not know the staging epoch and answers
-// INVALID_RECORD_STATE, which aborts the transaction). NOT_LEADER_OR_FOLLOWER,
-// UNKNOWN_TOPIC_ID and UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge.
-// Skipped: authorization.
+// Versions: 0. Served only while the ShareTxnAPIs option is on.
+//
+// Behaviour:
+//   - Sent to the leader of each data partition. TransactionalId, GroupId
+//     and MemberId are required, and a transactional producer id and epoch
+//     (INVALID_REQUEST). The member must be in the group with a member epoch
+//     it has held since it joined (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH).
+//     These errors are set at the top level and on every partition.
+//   - Per partition, all or nothing: ACCEPT, RELEASE and REJECT may be
+//     staged, GAP and RENEW may not (INVALID_REQUEST); every offset must be
+//     ACQUIRED by this member under an unexpired lock
+//     (INVALID_RECORD_STATE).
+//   - The partition's __share_group_state partition must be in the
+//     producer's ongoing transaction, which AddShareAcksToTxn puts it in:
+//     the leader asks the transaction coordinator to verify it, never to add
+//     it (txn_verify.go). A partition that was not added is
+//     INVALID_TXN_STATE; the coordinator's other answers pass through (e.g.
+//     PRODUCER_FENCED), and what a retry can cure comes back as
+//     NOT_ENOUGH_REPLICAS.
+//   - The share coordinator then appends a transactional record of the
+//     staged acknowledgements, with the producer's id and epoch, to that
+//     partition (INVALID_PRODUCER_EPOCH for an epoch older than the one it
+//     has seen), and the records go TX_PENDING: their lock stops, and only a
+//     marker on that partition resolves them.
+//   - A retry from the same producer id and epoch of a staging already
+//     applied (its answer was lost) is answered again as success without a
+//     write, as long as the leader that staged the records still leads (a
+//     new leader does not know the staging epoch and answers
+//     INVALID_RECORD_STATE, which aborts the transaction).
+//   - NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID and
+//     UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"fmt"
@@ -65,10 +77,7 @@ func handleTxnShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 				err, msg = sc.stageTxnAcks(r.node.id, req, rt.TopicID, rp, now)
 			}
 			if err != nil {
-				pr.ErrorCode = err.Code
-				if msg != "" {
-					pr.ErrorMessage = &msg
-				}
+				setError(&pr.ErrorCode, &pr.ErrorMessage, err, msg)
 			}
 			st.Partitions = append(st.Partitions, pr)
 		}
@@ -104,7 +113,12 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 		return err, msg
 	}
 	statePartition := sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
-	if err := sc.c.verifyTransactionalProduce(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, 0); err != nil {
+	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, txnVerifyOnly); err != nil {
+		if err == kerr.TransactionAbortable {
+			// A partition AddShareAcksToTxn did not add: the client
+			// reads INVALID_TXN_STATE (docs/protocol.md).
+			err = kerr.InvalidTxnState
+		}
 		return err, fmt.Sprintf("%s-%d is not verified in the producer's transaction (AddShareAcksToTxn adds it): %s", statePartition.topic.name, statePartition.index, err.Message)
 	}
 	v := &shareStateValue{Kind: shareKindStaged, StateEpoch: sp.stateEpoch, Staged: sp.staged(acks)}

@@ -1,19 +1,26 @@
 package broker
 
-// AddShareAcksToTxn (KIP-1289, provisional key 96): version 0.
+// AddShareAcksToTxn (key 96, KIP-1289; the key is provisional).
 //
-// The transaction coordinator's half of transactional share
-// acknowledgements; it mirrors AddOffsetsToTxn. For every (group, topic,
-// partition) of the request it adds the __share_group_state partition that
-// holds that share-partition's state (key "group:topicId:partition", placed
-// by Java's String.hashCode) to the producer's transaction, so that the
-// transaction's markers reach the share coordinator, which commits or
-// releases the acknowledgements staged by TxnShareAcknowledge. Same checks
-// and errors as AddOffsetsToTxn (NOT_COORDINATOR, INVALID_PRODUCER_ID_MAPPING,
-// PRODUCER_FENCED, CONCURRENT_TRANSACTIONS); an unknown topic or partition
-// is UNKNOWN_TOPIC_OR_PARTITION and adds nothing; an empty group id or a
-// request naming no partition is INVALID_REQUEST. Served only while the
-// ShareTxnAPIs option is on.
+// Versions: 0. Served only while the ShareTxnAPIs option is on.
+//
+// Behaviour:
+//   - The transaction coordinator's half of transactional share
+//     acknowledgements; it mirrors AddOffsetsToTxn.
+//   - For every (group, topic, partition) of the request it adds the
+//     __share_group_state partition that holds that share-partition's state
+//     (key "group:topicId:partition", placed by Java's String.hashCode) to
+//     the producer's transaction, so that the transaction's markers reach
+//     the share coordinator, which commits or releases the acknowledgements
+//     staged by TxnShareAcknowledge.
+//   - Same checks and errors as AddOffsetsToTxn (NOT_COORDINATOR,
+//     INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+//     CONCURRENT_TRANSACTIONS); an unknown topic or partition is
+//     UNKNOWN_TOPIC_OR_PARTITION and adds nothing; an empty group id or a
+//     request naming no partition is INVALID_REQUEST.
+//
+// Skipped:
+//   - authorization.
 
 import (
 	"time"

@@ -140,7 +140,7 @@ func NewCluster(opts ...Opt) (*Cluster, error) {
 		})
 	}
 	c.createInternalTopics()
-	c.initCoordinators()
+	c.newCoordinators()
 	c.wg.Add(1)
 	go c.run()
 	for _, n := range c.nodes {

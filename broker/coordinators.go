@@ -6,20 +6,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// coordinatorSet holds the coordinators; each is created by a function in
-// coordinatorInits, registered by the file that defines it.
+// coordinatorSet holds the coordinators, built by newCoordinators.
 type coordinatorSet struct {
 	txn   *txnCoordinator
 	share *shareCoordinator
 	group *groupCoordinator
 }
 
-var coordinatorInits []func(c *Cluster)
-
-func (c *Cluster) initCoordinators() {
-	for _, fn := range coordinatorInits {
-		fn(c)
-	}
+// newCoordinators builds the coordinators once the internal topics exist:
+// the group coordinator, then the share coordinator, then the transaction
+// coordinator. Each loads its internal topic's partitions and registers
+// listeners, and listeners of one event run in the order they were
+// registered: after a leader move the group coordinator's shards follow
+// it first, then the share coordinator's (and its live state of a data
+// partition is dropped), then the transaction coordinator's. Every
+// listener works on its own coordinator's state and timers, so the order
+// decides little; it is fixed here, not by file names, so that runs replay
+// the same way. No coordinator reaches another while it is built (only
+// handlers do, later), so each is stored once it is complete.
+func (c *Cluster) newCoordinators() {
+	c.coordinators.group = newGroupCoordinator(c)
+	c.coordinators.share = newShareCoordinator(c)
+	c.coordinators.txn = newTxnCoordinator(c)
 }
 
 // shards is one coordinator's state for the internal-topic partitions that
@@ -30,8 +38,18 @@ func (c *Cluster) initCoordinators() {
 type shards[T any] struct {
 	c      *Cluster
 	topic  string
-	load   func(p *partition, node int32) T
+	hooks  shardHooks[T]
 	loaded map[shardKey]*shard[T]
+}
+
+// shardHooks is what a coordinator does as its shards come and go.
+type shardHooks[T any] struct {
+	// load builds node's state of p by replaying p's log.
+	load func(p *partition, node int32) T
+	// afterLoad, if set, runs once a shard is loaded, when the cluster
+	// starts and after every leader move: the coordinator arms the
+	// shard's timers.
+	afterLoad func(sh *shard[T])
 	// unload, if set, releases what a shard that stops serving holds
 	// outside itself (its timers).
 	unload func(sh *shard[T])
@@ -52,8 +70,8 @@ type shard[T any] struct {
 
 // newShards creates the registry of topic's coordinator shards and loads
 // every partition at its current leader.
-func newShards[T any](c *Cluster, topicName string, load func(p *partition, node int32) T) *shards[T] {
-	s := &shards[T]{c: c, topic: topicName, load: load, loaded: make(map[shardKey]*shard[T])}
+func newShards[T any](c *Cluster, topicName string, hooks shardHooks[T]) *shards[T] {
+	s := &shards[T]{c: c, topic: topicName, hooks: hooks, loaded: make(map[shardKey]*shard[T])}
 	for _, p := range c.topics[topicName].partitions {
 		s.loadAt(p)
 	}
@@ -72,19 +90,23 @@ func (s *shards[T]) loadAt(p *partition) {
 	if old := s.loaded[key]; old != nil {
 		s.drop(key, old)
 	}
-	s.loaded[key] = &shard[T]{
+	sh := &shard[T]{
 		node:      p.leader,
 		partition: p,
 		epoch:     p.leaderEpoch,
-		state:     s.load(p, p.leader),
+		state:     s.hooks.load(p, p.leader),
+	}
+	s.loaded[key] = sh
+	if s.hooks.afterLoad != nil {
+		s.hooks.afterLoad(sh)
 	}
 }
 
 // drop forgets a loaded shard.
 func (s *shards[T]) drop(key shardKey, sh *shard[T]) {
 	delete(s.loaded, key)
-	if s.unload != nil {
-		s.unload(sh)
+	if s.hooks.unload != nil {
+		s.hooks.unload(sh)
 	}
 }
 

@@ -16,8 +16,10 @@
 // leader rebuilds it by replaying that partition's log.
 //
 // What it does not do: replication (each partition has one copy, in memory),
-// persistence across restarts, ACLs, quotas, SASL/TLS, log compaction or
-// retention. The handler of each API lives in a file named after its key
-// (00_produce.go, 01_fetch.go, ...), whose opening comment lists the versions
-// it serves and what it implements or skips.
+// persistence across restarts, ACLs, quotas, SASL/TLS, key compaction of
+// data topics (retention works per batch; coordinator logs are compacted).
+// The handler of each API lives in a file named after its key
+// (00_produce.go, 01_fetch.go, ...), whose opening comment lists, under
+// "Versions:", "Behaviour:" and "Skipped:", what it serves, what it
+// implements and what it leaves out.
 package broker

@@ -67,23 +67,21 @@ type committedOffset struct {
 	logOffset int64
 }
 
-func init() {
-	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
-		g := &groupCoordinator{c: c}
-		c.coordinators.group = g
-		g.shards = newShards(c, wire.ConsumerOffsetsTopic, g.load)
-		g.shards.unload = func(sh *shard[*groupShard]) { g.resign(sh.state) }
-		for _, sh := range g.shards.loaded {
-			g.scheduleAll(sh.state)
-		}
-		c.onLeaderChange(func(p *partition, _ int32) {
-			if sh := g.shards.loaded[shardKey{p.leader, p.index}]; p.topic.name == wire.ConsumerOffsetsTopic && sh != nil {
-				g.scheduleAll(sh.state)
-			}
-		})
-		c.onMarker(wire.ConsumerOffsetsTopic, g.onMarker)
-		c.onCompact(wire.ConsumerOffsetsTopic, g.liveRecords)
+// newGroupCoordinator loads every __consumer_offsets partition at its
+// leader and registers the coordinator's listeners: shards follow leader
+// moves, a loaded shard arms its groups' timers and a resigning one
+// disarms them and answers its waiting joins and syncs; markers resolve
+// transactional offset commits; compaction keeps the live records.
+func newGroupCoordinator(c *Cluster) *groupCoordinator {
+	g := &groupCoordinator{c: c}
+	g.shards = newShards(c, wire.ConsumerOffsetsTopic, shardHooks[*groupShard]{
+		load:      g.load,
+		afterLoad: func(sh *shard[*groupShard]) { g.scheduleAll(sh.state) },
+		unload:    func(sh *shard[*groupShard]) { g.resign(sh.state) },
 	})
+	c.onMarker(wire.ConsumerOffsetsTopic, g.onMarker)
+	c.onCompact(wire.ConsumerOffsetsTopic, g.liveRecords)
+	return g
 }
 
 // load builds node's state of p by replaying p's log.

@@ -4,7 +4,6 @@ package broker
 // validation and writes, OffsetFetch, OffsetDelete and DeleteGroups.
 
 import (
-	"errors"
 	"sort"
 	"time"
 
@@ -308,51 +307,17 @@ func (g *groupCoordinator) deleteGroup(st *groupShard, group string, now time.Ti
 	return nil
 }
 
-// addOffsetsToTxn asks the transaction coordinator of txnID, through the
-// AddPartitionsToTxn handler (broker form, v5), to add the group's
-// __consumer_offsets partition to the producer's transaction (TV2,
-// TxnOffsetCommit v5+) or to confirm the client added it with
-// AddOffsetsToTxn (verifyOnly, older versions). An unreachable or busy
+// addOffsetsToTxn asks the transaction coordinator of txnID to add the
+// group's __consumer_offsets partition to the producer's transaction (TV2,
+// TxnOffsetCommit v5+) or to verify that the client added it with
+// AddOffsetsToTxn (older versions). An unreachable, moving or loading
 // transaction coordinator becomes COORDINATOR_NOT_AVAILABLE, which clients
-// retry, as Kafka answers it.
-func (g *groupCoordinator) addOffsetsToTxn(txnID string, pid int64, epoch int16, offsetsPartition int32, verifyOnly bool) *kerr.Error {
-	cp := g.c.coordinatorPartitionFor(coordinatorTxn, txnID)
-	req := kmsg.NewPtrAddPartitionsToTxnRequest()
-	req.Version = 5
-	tx := kmsg.NewAddPartitionsToTxnRequestTransaction()
-	tx.TransactionalID, tx.ProducerID, tx.ProducerEpoch, tx.VerifyOnly = txnID, pid, epoch, verifyOnly
-	tt := kmsg.NewAddPartitionsToTxnRequestTransactionTopic()
-	tt.Topic = g.shards.topic
-	tt.Partitions = []int32{offsetsPartition}
-	tx.Topics = append(tx.Topics, tt)
-	req.Transactions = append(req.Transactions, tx)
-	raw, err := g.c.internalRequest(cp.leader, req)
-	if err != nil {
-		g.c.logger.Warn("adding offsets to transaction failed", "transactional_id", txnID, "err", err)
+// retry, as Kafka answers it; CONCURRENT_TRANSACTIONS, retriable itself,
+// passes through.
+func (g *groupCoordinator) addOffsetsToTxn(txnID string, pid int64, epoch int16, offsetsPartition int32, join txnJoin) *kerr.Error {
+	err, unavailable := g.c.askTxnCoordinator(txnID, pid, epoch, g.shards.topic, offsetsPartition, join)
+	if unavailable {
 		return kerr.CoordinatorNotAvailable
 	}
-	resp := raw.(*kmsg.AddPartitionsToTxnResponse)
-	code := resp.ErrorCode
-	for _, rt := range resp.Transactions {
-		for _, rtt := range rt.Topics {
-			for _, rp := range rtt.Partitions {
-				if rp.ErrorCode != 0 {
-					code = rp.ErrorCode
-				}
-			}
-		}
-	}
-	kerrCode := kerr.ErrorForCode(code)
-	var ke *kerr.Error
-	switch {
-	case kerrCode == nil:
-		return nil
-	case errors.Is(kerrCode, kerr.NotCoordinator), errors.Is(kerrCode, kerr.CoordinatorNotAvailable),
-		errors.Is(kerrCode, kerr.CoordinatorLoadInProgress):
-		return kerr.CoordinatorNotAvailable
-	case errors.As(kerrCode, &ke):
-		return ke
-	default:
-		return kerr.UnknownServerError
-	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"sort"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -140,4 +141,13 @@ func (s topicSlots) slot(name string, add func()) int {
 	s[name] = i
 	add()
 	return i
+}
+
+// setError fills an answer's error code and, when msg is not empty, its
+// error message.
+func setError(code *int16, message **string, err *kerr.Error, msg string) {
+	*code = err.Code
+	if msg != "" {
+		*message = &msg
+	}
 }

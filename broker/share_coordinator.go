@@ -41,24 +41,27 @@ type shareCoordinator struct {
 	sessions        map[shareSessionKey]*shareSession
 }
 
-func init() {
-	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
-		sc := &shareCoordinator{
-			c:               c,
-			groups:          make(map[string]*shareGroup),
-			groupConfigs:    make(map[string]map[string]string),
-			live:            make(map[shareKey]*sharePartition),
-			liveByGroup:     make(map[string]map[shareKey]*sharePartition),
-			liveByPartition: make(map[*partition]map[shareKey]*sharePartition),
-			sessions:        make(map[shareSessionKey]*shareSession),
-		}
-		sc.states = newShards(c, wire.ShareGroupStateTopic, sc.loadShareState)
-		c.coordinators.share = sc
-		c.onLeaderChange(sc.leaderChanged)
-		c.onTopicDeleted(sc.topicDeleted)
-		c.onMarker(wire.ShareGroupStateTopic, sc.markerWritten)
-		c.onCompact(wire.ShareGroupStateTopic, sc.liveRecords)
-	})
+// newShareCoordinator loads every __share_group_state partition at its
+// leader and registers the coordinator's listeners: state shards follow
+// leader moves, and a data partition that moves or is deleted drops its
+// live share-partitions; markers resolve staged transactional
+// acknowledgements; compaction keeps the live records.
+func newShareCoordinator(c *Cluster) *shareCoordinator {
+	sc := &shareCoordinator{
+		c:               c,
+		groups:          make(map[string]*shareGroup),
+		groupConfigs:    make(map[string]map[string]string),
+		live:            make(map[shareKey]*sharePartition),
+		liveByGroup:     make(map[string]map[shareKey]*sharePartition),
+		liveByPartition: make(map[*partition]map[shareKey]*sharePartition),
+		sessions:        make(map[shareSessionKey]*shareSession),
+	}
+	sc.states = newShards(c, wire.ShareGroupStateTopic, shardHooks[*shareStateShard]{load: sc.loadShareState})
+	c.onLeaderChange(sc.leaderChanged)
+	c.onTopicDeleted(sc.topicDeleted)
+	c.onMarker(wire.ShareGroupStateTopic, sc.markerWritten)
+	c.onCompact(wire.ShareGroupStateTopic, sc.liveRecords)
+	return sc
 }
 
 // stateShard returns the share coordinator serving key: the loaded shard of

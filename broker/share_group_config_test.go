@@ -14,44 +14,6 @@ import (
 	"github.com/kshare-go/kshare/wire"
 )
 
-// describeGroupConfigs describes every config of group.
-func describeGroupConfigs(t *testing.T, cl *kgo.Client, group string) (map[string]kmsg.DescribeConfigsResponseResourceConfig, []string, error) {
-	t.Helper()
-	req := kmsg.NewPtrDescribeConfigsRequest()
-	res := kmsg.NewDescribeConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(testCtx(t), cl)
-	require.NoError(t, err)
-	require.Len(t, resp.Resources, 1)
-	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
-		return nil, nil, err
-	}
-	out := map[string]kmsg.DescribeConfigsResponseResourceConfig{}
-	var names []string
-	for _, cfg := range resp.Resources[0].Configs {
-		out[cfg.Name] = cfg
-		names = append(names, cfg.Name)
-	}
-	return out, names, nil
-}
-
-// alterGroupConfig sends one IncrementalAlterConfigs operation.
-func alterGroupConfig(t *testing.T, cl *kgo.Client, group string, op kmsg.IncrementalAlterConfigOp, name, value string) error {
-	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	cfg.Name, cfg.Op, cfg.Value = name, op, &value
-	res.Configs = append(res.Configs, cfg)
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(testCtx(t), cl)
-	require.NoError(t, err)
-	require.Len(t, resp.Resources, 1)
-	return kerr.ErrorForCode(resp.Resources[0].ErrorCode)
-}
-
 func TestGroupConfigsAreKafkasSet(t *testing.T) {
 	c := newTestCluster(t)
 	cl := newTestClient(t, c)

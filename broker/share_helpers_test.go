@@ -22,6 +22,35 @@ func shareSetGroupConfigs(t testing.TB, cl *kgo.Client, group string, kvs ...str
 	testkit.SetGroupConfigs(testCtx(t), t, cl, group, kvs...)
 }
 
+// alterGroupConfig applies op to group's configs (testkit.AlterGroupConfigs).
+func alterGroupConfig(t testing.TB, cl *kgo.Client, group string, op kmsg.IncrementalAlterConfigOp, kvs ...string) error {
+	t.Helper()
+	return testkit.AlterGroupConfigs(testCtx(t), t, cl, group, op, kvs...)
+}
+
+// describeGroupConfigs describes every config of group, by name and in
+// the order of the answer, or returns the resource's error.
+func describeGroupConfigs(t testing.TB, cl *kgo.Client, group string) (map[string]kmsg.DescribeConfigsResponseResourceConfig, []string, error) {
+	t.Helper()
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(testCtx(t), cl)
+	require.NoError(t, err)
+	require.Len(t, resp.Resources, 1)
+	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
+		return nil, nil, err
+	}
+	out := map[string]kmsg.DescribeConfigsResponseResourceConfig{}
+	var names []string
+	for _, cfg := range resp.Resources[0].Configs {
+		out[cfg.Name] = cfg
+		names = append(names, cfg.Name)
+	}
+	return out, names, nil
+}
+
 // shareProduce writes values round-robin over the topic's partitions and
 // returns, for each value, where it landed.
 func shareProduce(t testing.TB, cl *kgo.Client, topic string, partitions int32, values ...string) map[string]kgo.Record {
@@ -94,6 +123,30 @@ func (sc *shareCollector) add(d shareDelivery) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.seen = append(sc.seen, d)
+}
+
+// collect polls cl on a goroutine until the returned stop is called (or
+// the test ends) and adds every record it gets, as consumer's. stop waits
+// for the goroutine to exit and may be called more than once.
+func (sc *shareCollector) collect(t testing.TB, ctx context.Context, cl *kgo.Client, consumer int) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			for _, r := range sharePoll(t, ctx, cl) {
+				sc.add(shareDelivery{consumer: consumer, value: string(r.Value), count: r.DeliveryCount()})
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(quit); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 func (sc *shareCollector) snapshot() []shareDelivery {

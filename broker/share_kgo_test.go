@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,23 +41,9 @@ func TestShareKgoTwoConsumersEachRecordOnce(t *testing.T) {
 		shareConsumer(t, c, "g1", "orders", kgo.ShareMaxRecords(10)),
 		shareConsumer(t, c, "g1", "orders", kgo.ShareMaxRecords(10)),
 	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	var stops []func()
 	for i, cl := range consumers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for _, r := range sharePoll(t, ctx, cl) {
-					got.add(shareDelivery{consumer: i, value: string(r.Value), count: r.DeliveryCount()})
-				}
-			}
-		}()
+		stops = append(stops, got.collect(t, ctx, cl, i))
 	}
 	shareWaitMembers(t, ctx, admin, "g1", 2)
 
@@ -82,8 +67,9 @@ func TestShareKgoTwoConsumersEachRecordOnce(t *testing.T) {
 		}
 		return true
 	})
-	close(stop)
-	wg.Wait()
+	for _, stop := range stops {
+		stop()
+	}
 
 	perConsumer := map[int]int{}
 	seen := map[string]int{}
@@ -269,22 +255,8 @@ func TestShareKgoFollowsLeaderMove(t *testing.T) {
 	ctx := testCtx(t)
 	cl := shareConsumer(t, c, "g", "moving", kgo.ShareMaxRecords(20))
 	var got shareCollector
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, r := range sharePoll(t, ctx, cl) {
-				got.add(shareDelivery{value: string(r.Value), count: r.DeliveryCount()})
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	stop := got.collect(t, ctx, cl, 0)
+	defer stop()
 
 	prod := shareProducer(t, c)
 	ends := map[int32]int64{}

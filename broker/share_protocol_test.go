@@ -194,30 +194,15 @@ func TestShareGroupConfigs(t *testing.T) {
 	c := newTestCluster(t, ShareLockDuration(7*time.Second))
 	admin := newTestClient(t, c)
 	describe := func() map[string]kmsg.DescribeConfigsResponseResourceConfig {
-		req := kmsg.NewPtrDescribeConfigsRequest()
-		res := kmsg.NewDescribeConfigsRequestResource()
-		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "g"
-		req.Resources = append(req.Resources, res)
-		resp, err := req.RequestWith(testCtx(t), admin)
+		d, _, err := describeGroupConfigs(t, admin, "g")
 		require.NoError(t, err)
-		require.NoError(t, txnErr(resp.Resources[0].ErrorCode))
-		out := map[string]kmsg.DescribeConfigsResponseResourceConfig{}
-		for _, cfg := range resp.Resources[0].Configs {
-			out[cfg.Name] = cfg
-		}
-		return out
+		return d
 	}
 	alter := func(op kmsg.IncrementalAlterConfigOp, name string, value *string) error {
-		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-		res := kmsg.NewIncrementalAlterConfigsRequestResource()
-		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "g"
-		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		cfg.Name, cfg.Op, cfg.Value = name, op, value
-		res.Configs = append(res.Configs, cfg)
-		req.Resources = append(req.Resources, res)
-		resp, err := req.RequestWith(testCtx(t), admin)
-		require.NoError(t, err)
-		return txnErr(resp.Resources[0].ErrorCode)
+		if value == nil {
+			return alterGroupConfig(t, admin, "g", op, name, "")
+		}
+		return alterGroupConfig(t, admin, "g", op, name, *value)
 	}
 	str := func(s string) *string { return &s }
 

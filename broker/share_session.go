@@ -92,6 +92,55 @@ func (sc *shareCoordinator) session(key shareSessionKey, epoch int32) (*shareSes
 	return s, nil
 }
 
+// shareCall is where a ShareFetch or a ShareAcknowledge stands once the
+// checks both open with have passed.
+type shareCall struct {
+	group, member string
+	// lockMillis is the group's acquisition lock, which both answers
+	// carry, failed or not, once they name a group.
+	lockMillis int32
+	session    *shareSession
+}
+
+// beginShareCall runs the checks ShareFetch and ShareAcknowledge open
+// with: both name a group and a member (INVALID_REQUEST without); epoch 0
+// opens a new session for a member of the group when opens is set
+// (ShareFetch; UNKNOWN_MEMBER_ID for anyone else) and is
+// INVALID_SHARE_SESSION_EPOCH otherwise; any other epoch continues the
+// member's session at node (SHARE_SESSION_NOT_FOUND,
+// INVALID_SHARE_SESSION_EPOCH). On an error, call holds what was learned
+// before it.
+func (sc *shareCoordinator) beginShareCall(node int32, groupID, memberID *string, epoch int32, opens bool, now time.Time) (call shareCall, err *kerr.Error, msg string) {
+	call.group, call.member = shareStringOrEmpty(groupID), shareStringOrEmpty(memberID)
+	if call.group == "" || call.member == "" {
+		return call, kerr.InvalidRequest, "GroupID and MemberID are required"
+	}
+	call.lockMillis = int32(sc.lockDuration(call.group).Milliseconds())
+	key := shareSessionKey{group: call.group, member: call.member, node: node}
+	switch {
+	case epoch == 0 && !opens:
+		return call, kerr.InvalidShareSessionEpoch, "acknowledgements need an open share session"
+	case epoch == 0:
+		g := sc.groups[call.group]
+		if g == nil || g.members[call.member] == nil {
+			return call, kerr.UnknownMemberID, "the member is not in the share group"
+		}
+		call.session = sc.openSession(key, g.members[call.member], now)
+	default:
+		if call.session, err = sc.session(key, epoch); err != nil {
+			return call, err, ""
+		}
+	}
+	return call, nil, ""
+}
+
+func shareStringOrEmpty(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // closeSession ends a session and releases the member's records in its
 // partitions at the session's node.
 func (sc *shareCoordinator) closeSession(s *shareSession, now time.Time) {

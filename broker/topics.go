@@ -4,11 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"math"
 	"strings"
 	"time"
-	"unicode/utf16"
 
+	"github.com/kshare-go/kshare/internal/javahash"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -172,11 +171,11 @@ const (
 func (c *Cluster) CoordinatorPartition(keyType int8, key string) int32 {
 	switch keyType {
 	case coordinatorTxn:
-		return javaHashPartition(key, c.cfg.txnStatePartitions)
+		return javahash.Partition(key, c.cfg.txnStatePartitions)
 	case coordinatorShare:
-		return javaHashPartition(key, c.cfg.shareStatePartitions)
+		return javahash.Partition(key, c.cfg.shareStatePartitions)
 	default:
-		return javaHashPartition(key, c.cfg.offsetsPartitions)
+		return javahash.Partition(key, c.cfg.offsetsPartitions)
 	}
 }
 
@@ -200,23 +199,6 @@ func (c *Cluster) coordinatorPartitionFor(keyType int8, key string) *partition {
 // shareStateKey is the __share_group_state key of one share-partition.
 func shareStateKey(group string, topicID [16]byte, partition int32) string {
 	return fmt.Sprintf("%s:%s:%d", group, uuidString(topicID), partition)
-}
-
-// javaHashPartition is Kafka's partitionFor: Utils.abs(key.hashCode()) %
-// partitions, where Utils.abs is Math.abs except that MinInt32 gives 0
-// (not a mask of the sign bit, which places negative hashes elsewhere).
-func javaHashPartition(key string, partitions int32) int32 {
-	var h int32
-	for _, u := range utf16.Encode([]rune(key)) {
-		h = 31*h + int32(u)
-	}
-	switch {
-	case h == math.MinInt32:
-		h = 0
-	case h < 0:
-		h = -h
-	}
-	return h % partitions
 }
 
 // uuidString renders a topic id as Kafka does: URL-safe base64, no padding.

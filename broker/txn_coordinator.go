@@ -261,22 +261,20 @@ type txnCoordinator struct {
 	peers peerVersions
 }
 
-func init() {
-	coordinatorInits = append(coordinatorInits, func(c *Cluster) {
-		tc := &txnCoordinator{c: c, peers: make(peerVersions)}
-		tc.shards = newShards(c, wire.TransactionStateTopic, tc.load)
-		tc.shards.unload = tc.unload
-		c.coordinators.txn = tc
-		c.onCompact(wire.TransactionStateTopic, tc.liveRecords)
-		for _, sh := range tc.shards.loaded {
-			tc.scheduleAll(sh)
-		}
-		c.onLeaderChange(func(p *partition, _ int32) {
-			if sh := tc.shards.loaded[shardKey{p.leader, p.index}]; p.topic.name == wire.TransactionStateTopic && sh != nil {
-				tc.scheduleAll(sh)
-			}
-		})
+// newTxnCoordinator loads every __transaction_state partition at its
+// leader and registers the coordinator's listeners: shards follow leader
+// moves, a loaded shard arms its transactional ids' timers (timeouts,
+// marker resends, expiry) and a resigning one disarms them; compaction
+// keeps the live records.
+func newTxnCoordinator(c *Cluster) *txnCoordinator {
+	tc := &txnCoordinator{c: c, peers: make(peerVersions)}
+	tc.shards = newShards(c, wire.TransactionStateTopic, shardHooks[*txnShard]{
+		load:      tc.load,
+		afterLoad: tc.scheduleAll,
+		unload:    tc.unload,
 	})
+	c.onCompact(wire.TransactionStateTopic, tc.liveRecords)
+	return tc
 }
 
 // load replays a __transaction_state partition. A record that does not

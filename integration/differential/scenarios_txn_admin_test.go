@@ -3,12 +3,12 @@ package differential_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
-	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/internal/javahash"
 )
 
 // txnOffsetCommit commits offset for topic/0 in group inside a
@@ -132,7 +132,7 @@ func scenarioTxnOffsets(ctx context.Context, tg *target, tr *transcript) {
 		in := false
 		for _, t := range st.Topics {
 			for _, p := range t.Partitions {
-				in = in || t.Topic == "__consumer_offsets" && p == javaHashPartition(g, internalPartitions)
+				in = in || t.Topic == "__consumer_offsets" && p == javahash.Partition(g, internalPartitions)
 			}
 		}
 		tr.add(fmt.Sprintf("place group %d", i), "OK atKafkaHash=%t", in)
@@ -233,26 +233,10 @@ func scenarioTxnAdmin(ctx context.Context, tg *target, tr *transcript) {
 	tr.add("producers after the commit", "%s", producers())
 }
 
-// javaHashPartition places a coordinator key as Kafka does:
-// Utils.abs(key.hashCode()) % partitions, Utils.abs mapping MinInt32 to 0.
-func javaHashPartition(key string, partitions int32) int32 {
-	var h int32
-	for _, u := range utf16.Encode([]rune(key)) {
-		h = 31*h + int32(u)
-	}
-	switch {
-	case h == math.MinInt32:
-		h = 0
-	case h < 0:
-		h = -h
-	}
-	return h % partitions
-}
-
 // placed rewrites the group's __consumer_offsets partition in a recorded
 // answer as "hash(group)" when it is where Kafka's hash puts it: the group
 // names, and so the partitions, differ between the targets.
 func placed(s, group string) string {
-	p := fmt.Sprintf("__consumer_offsets[%d]", javaHashPartition(group, internalPartitions))
+	p := fmt.Sprintf("__consumer_offsets[%d]", javahash.Partition(group, internalPartitions))
 	return strings.ReplaceAll(s, p, "__consumer_offsets[hash(group)]")
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf16"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/integration/kafkatest"
+	"github.com/kshare-go/kshare/internal/javahash"
 	"github.com/kshare-go/kshare/internal/retry"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/producer"
@@ -39,43 +38,6 @@ const (
 	recordsPerTxn         = 20
 	findCoordinatorKey    = 10
 )
-
-// txnStatePartition is the partition of __transaction_state that holds
-// txnID, as Kafka computes it: the absolute value of Java's String.hashCode
-// (Integer.MIN_VALUE counting as 0) modulo the partition count.
-func txnStatePartition(txnID string, partitions int32) int32 {
-	var h int32
-	for _, u := range utf16.Encode([]rune(txnID)) {
-		h = 31*h + int32(u)
-	}
-	switch {
-	case h == math.MinInt32:
-		h = 0
-	case h < 0:
-		h = -h
-	}
-	return h % partitions
-}
-
-func TestTxnStatePartitionMatchesJava(t *testing.T) {
-	// The hash codes are Java's (jshell: "hello".hashCode()).
-	cases := []struct {
-		id   string
-		n    int32
-		want int32
-	}{
-		{"hello", 5, 99162322 % 5},
-		{"polygenelubricants", 5, 0},  // Integer.MIN_VALUE
-		{"kshare-txn-\u00e9", 50, 15}, // -96422515
-		{"kshare-\U0001F600", 7, 4},   // -866137220, a surrogate pair
-		{"", 5, 0},
-	}
-	for _, c := range cases {
-		if got := txnStatePartition(c.id, c.n); got != c.want {
-			t.Errorf("txnStatePartition(%q, %d) = %d, want %d", c.id, c.n, got, c.want)
-		}
-	}
-}
 
 // txnCoordinator locates and moves the transaction coordinator of one
 // transactional id by reassigning its __transaction_state partition.
@@ -469,7 +431,7 @@ func TestProducerFollowsTransactionCoordinator(t *testing.T) {
 		t.Fatalf("brokers %v; the test needs the two-node cluster of kafka.sh start --nodes 2", brokers)
 	}
 	coord := &txnCoordinator{t: t, cl: admin, adm: adm, txnID: txnID,
-		partition: txnStatePartition(txnID, int32(len(parts)))}
+		partition: javahash.Partition(txnID, int32(len(parts)))}
 	other := func(n int32) int32 { return 3 - n }
 	t.Logf("%s lives in %s/%d of %d partitions; coordinator node %d",
 		txnID, txnStateTopic, coord.partition, len(parts), coord.settled(ctx))

@@ -63,19 +63,30 @@ func CreateTopic(ctx context.Context, t testing.TB, cl *kgo.Client, topic string
 // on resource type GROUP.
 func SetGroupConfigs(ctx context.Context, t testing.TB, cl *kgo.Client, group string, kvs ...string) {
 	t.Helper()
+	require.NoError(t, AlterGroupConfigs(ctx, t, cl, group, kmsg.IncrementalAlterConfigOpSet, kvs...), "group configs %v of %s", kvs, group)
+}
+
+// AlterGroupConfigs sends one IncrementalAlterConfigs request that applies
+// op to each name, value pair of kvs in group's configs (DELETE sends no
+// value), and returns the resource's error; a failed round trip fails t.
+func AlterGroupConfigs(ctx context.Context, t testing.TB, cl *kgo.Client, group string, op kmsg.IncrementalAlterConfigOp, kvs ...string) error {
+	t.Helper()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
 	for i := 0; i+1 < len(kvs); i += 2 {
 		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		cfg.Name, cfg.Value = kvs[i], kmsg.StringPtr(kvs[i+1])
+		cfg.Name, cfg.Op = kvs[i], op
+		if op != kmsg.IncrementalAlterConfigOpDelete {
+			cfg.Value = kmsg.StringPtr(kvs[i+1])
+		}
 		res.Configs = append(res.Configs, cfg)
 	}
 	req.Resources = append(req.Resources, res)
 	resp, err := req.RequestWith(ctx, cl)
 	require.NoError(t, err, "group configs of %s", group)
 	require.Len(t, resp.Resources, 1, "group configs of %s", group)
-	require.NoError(t, kerr.ErrorForCode(resp.Resources[0].ErrorCode), "group configs %v of %s", kvs, group)
+	return kerr.ErrorForCode(resp.Resources[0].ErrorCode)
 }
 
 // ProduceRoundRobin writes values to topic, the i-th to partition
