@@ -109,13 +109,14 @@ type txnVersionsSeen struct {
 	mu          sync.Mutex
 	endTxn      map[int16]int
 	endTxnNodes map[int32]bool
+	endTxnsAt   map[int32]int // EndTxn requests per node
 	// lateClientAdds counts client AddPartitionsToTxn (v0-3, the TV1
 	// path) sent after the first EndTxn v5.
 	lateClientAdds int
 }
 
 func observeTxnVersions(t *testing.T, c *Cluster) *txnVersionsSeen {
-	s := &txnVersionsSeen{endTxn: map[int16]int{}, endTxnNodes: map[int32]bool{}}
+	s := &txnVersionsSeen{endTxn: map[int16]int{}, endTxnNodes: map[int32]bool{}, endTxnsAt: map[int32]int{}}
 	stop := c.ObserveRequests(func(node int32, req kmsg.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -123,6 +124,7 @@ func observeTxnVersions(t *testing.T, c *Cluster) *txnVersionsSeen {
 		case int16(kmsg.EndTxn):
 			s.endTxn[req.GetVersion()]++
 			s.endTxnNodes[node] = true
+			s.endTxnsAt[node]++
 		case int16(kmsg.AddPartitionsToTxn):
 			if req.GetVersion() < 4 && s.endTxn[5] > 0 {
 				s.lateClientAdds++
@@ -179,6 +181,7 @@ func TestTxnKgoCoordinatorMoves(t *testing.T) {
 	var moves atomic.Int32
 	var wg sync.WaitGroup
 	moveErr := make(chan error, 1)
+	endedAtMove := map[int32]int{} // EndTxn requests seen at each node when it was last left
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -194,6 +197,16 @@ func TestTxnKgoCoordinatorMoves(t *testing.T) {
 			if err != nil {
 				moveErr <- err
 				return
+			}
+			// Move on only once the producer has ended a transaction at
+			// this leader: on a loaded machine two moves could otherwise
+			// fall inside one transaction and a node would never see it.
+			seen.mu.Lock()
+			ended := seen.endTxnsAt[leader] > endedAtMove[leader]
+			endedAtMove[leader] = seen.endTxnsAt[leader]
+			seen.mu.Unlock()
+			if !ended {
+				continue
 			}
 			req := kmsg.NewPtrAlterPartitionAssignmentsRequest()
 			rt := kmsg.NewAlterPartitionAssignmentsRequestTopic()
