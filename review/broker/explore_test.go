@@ -3,6 +3,7 @@ package brokerreview_test
 import (
 	"fmt"
 	"os"
+	"time"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -160,4 +161,27 @@ func TestExploreFakeCount(t *testing.T) {
 		}
 	})
 	t.Logf("heap +%d MiB", (heapAfterGC()-h0)>>20)
+}
+
+func TestExploreCGMembers(t *testing.T) {
+	if os.Getenv("EXPLORE") == "" {
+		t.Skip()
+	}
+	c, _ := startCluster(t, broker.ConsumerGroupSessionTimeout(3*time.Second))
+	p := startProber(t, c)
+	rc := dial(t, c.Bootstrap()[0])
+	createTopic(t, rc, "wide", 10000, nil)
+	n := 200
+	measure(t, p, "members join", func() {
+		for i := 0; i < n; i++ {
+			if i%25 == 0 {
+				t.Logf("%v joined %d", time.Now().Format("15:04:05.000"), i)
+			}
+			r := rc.must(consumerJoin("g", fmt.Sprintf("member-%04d", i), "wide")).(*kmsg.ConsumerGroupHeartbeatResponse)
+			if r.ErrorCode != 0 {
+				t.Fatal(r.ErrorCode)
+			}
+		}
+	})
+	measure(t, p, "all expire", func() { time.Sleep(6 * time.Second) })
 }
