@@ -3,8 +3,8 @@ package brokerreview_test
 import (
 	"fmt"
 	"os"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
