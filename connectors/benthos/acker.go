@@ -49,13 +49,12 @@ type acker struct {
 	exited  chan struct{}
 
 	fatalErr atomic.Pointer[error]
-	// committed counts acknowledgements committed, by type, for tests.
-	accepted, releasedN, rejected atomic.Int64
+	metrics  *inputMetrics
 }
 
-func newAcker(cons *shareconsumer.Consumer, ack *acknowledger.Acknowledger, l *ledger, timeout time.Duration, log *service.Logger) *acker {
+func newAcker(cons *shareconsumer.Consumer, ack *acknowledger.Acknowledger, l *ledger, timeout time.Duration, log *service.Logger, m *inputMetrics) *acker {
 	a := &acker{
-		cons: cons, ack: ack, ledger: l, timeout: timeout, log: log,
+		cons: cons, ack: ack, ledger: l, timeout: timeout, log: log, metrics: m,
 		wake: make(chan struct{}, 1), exited: make(chan struct{}),
 	}
 	go a.loop()
@@ -161,12 +160,15 @@ func (a *acker) commit(reqs []*ackReq) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
 	err := a.ack.CommitAcknowledgements(ctx, acks, a.cons.GroupMetadata())
+	if err != nil {
+		a.metrics.failed.add(1)
+	}
 	switch {
 	case err == nil:
 		a.ledger.settle(all, a, committed)
-		a.accepted.Add(int64(len(accept)))
-		a.releasedN.Add(int64(len(release)))
-		a.rejected.Add(int64(len(reject)))
+		a.metrics.accepted.add(len(accept))
+		a.metrics.released.add(len(release))
+		a.metrics.rejected.add(len(reject))
 		return nil
 	case errors.Is(err, kshare.ErrInDoubt):
 		// Not even the abort learned the outcome; keep asking within
@@ -177,6 +179,9 @@ func (a *acker) commit(reqs []*ackReq) error {
 			switch {
 			case errors.Is(aerr, kshare.ErrCommitted):
 				a.ledger.settle(all, a, committed)
+				a.metrics.accepted.add(len(accept))
+				a.metrics.released.add(len(release))
+				a.metrics.rejected.add(len(reject))
 				return nil
 			case aerr == nil:
 				a.ledger.settle(all, a, released)

@@ -152,29 +152,40 @@ func (o *observed) of(value string) []int64 {
 // testEnv is the environment of a test's pipelines: Benthos' pure
 // components, the kshare plugins, and test processors:
 //   - test_observe records each message's value and delivery count in obs;
-//   - test_fail fails the messages for which fail returns true.
+//   - test_fail fails the messages for which fail returns true;
+//   - test_slow holds each message for what slow returns.
 func testEnv(t *testing.T, obs *observed, fail func(value string, delivery int64) bool) *service.Environment {
+	return testEnvSlow(t, obs, fail, nil)
+}
+
+func testEnvSlow(t *testing.T, obs *observed, fail func(value string, delivery int64) bool, slow func(value string, delivery int64) time.Duration) *service.Environment {
 	env := service.NewEnvironment()
-	require.NoError(t, env.RegisterProcessor("test_observe", service.NewConfigSpec(),
-		func(*service.ParsedConfig, *service.Resources) (service.Processor, error) {
-			return procFunc(func(m *service.Message) error {
-				v, _ := m.AsBytes()
-				d, _ := m.MetaGetMut(metaDeliveryCount)
-				obs.saw(string(v), d.(int64))
-				return nil
-			}), nil
-		}))
-	require.NoError(t, env.RegisterProcessor("test_fail", service.NewConfigSpec(),
-		func(*service.ParsedConfig, *service.Resources) (service.Processor, error) {
-			return procFunc(func(m *service.Message) error {
-				v, _ := m.AsBytes()
-				d, _ := m.MetaGetMut(metaDeliveryCount)
-				if fail != nil && fail(string(v), d.(int64)) {
-					return fmt.Errorf("test_fail: %s at delivery %d", v, d)
-				}
-				return nil
-			}), nil
-		}))
+	register := func(name string, f func(value string, delivery int64) error) {
+		require.NoError(t, env.RegisterProcessor(name, service.NewConfigSpec(),
+			func(*service.ParsedConfig, *service.Resources) (service.Processor, error) {
+				return procFunc(func(m *service.Message) error {
+					v, _ := m.AsBytes()
+					d, _ := m.MetaGetMut(metaDeliveryCount)
+					return f(string(v), d.(int64))
+				}), nil
+			}))
+	}
+	register("test_observe", func(v string, d int64) error {
+		obs.saw(v, d)
+		return nil
+	})
+	register("test_fail", func(v string, d int64) error {
+		if fail != nil && fail(v, d) {
+			return fmt.Errorf("test_fail: %s at delivery %d", v, d)
+		}
+		return nil
+	})
+	register("test_slow", func(v string, d int64) error {
+		if slow != nil {
+			time.Sleep(slow(v, d))
+		}
+		return nil
+	})
 	return env
 }
 

@@ -261,6 +261,8 @@ type shareInput struct {
 	queued  []*pendingAck
 	inBatch []*pendingAck
 
+	metrics *inputMetrics
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -270,12 +272,13 @@ func newShareInput(conf *service.ParsedConfig, mgr *service.Resources) (*shareIn
 	if err != nil {
 		return nil, err
 	}
-	in := &shareInput{cfg: cfg, log: mgr.Logger(), res: mgr}
+	in := &shareInput{cfg: cfg, log: mgr.Logger(), res: mgr, metrics: newInputMetrics(mgr)}
 	if !cfg.batching.IsNoop() {
 		if in.batcher, err = cfg.batching.NewBatcher(mgr); err != nil {
 			return nil, fmt.Errorf("%s: %w", fBatching, err)
 		}
 	}
+	created(in)
 	return in, nil
 }
 
@@ -320,8 +323,13 @@ func (in *shareInput) Connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kshare_share: acknowledger: %w", err)
 	}
-	if err := ack.InitTransactions(ctx); err != nil {
+	initCtx, cancel := context.WithTimeout(ctx, c.txnTimeout)
+	defer cancel()
+	if err := ack.InitTransactions(initCtx); err != nil {
 		closeQuietly(ack.Close)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer from the cluster (%s: %v) within %v: %w", fSeedBrokers, c.client.seeds, c.txnTimeout, err)
+		}
 		return fmt.Errorf("kshare_share: acknowledger %s: init transactions: %w", c.txnID, explain(err))
 	}
 	cons, err := shareconsumer.New(copts...)
@@ -330,7 +338,7 @@ func (in *shareInput) Connect(ctx context.Context) error {
 		return fmt.Errorf("kshare_share: consumer: %w", err)
 	}
 	in.cons, in.ack, in.ledger = cons, ack, newLedger(cons)
-	in.acker = newAcker(cons, ack, in.ledger, c.txnTimeout, in.log)
+	in.acker = newAcker(cons, ack, in.ledger, c.txnTimeout, in.log, in.metrics)
 	in.log.Infof("kshare_share: group %s, topics %v, acknowledger %s", c.group, c.topics, c.txnID)
 	return nil
 }
@@ -346,6 +354,10 @@ func explain(err error) error {
 	}
 	return err
 }
+
+// closeTimeout bounds what Close waits for: the end of a transaction left
+// open, the final acknowledgements, leaving the group.
+const closeTimeout = 15 * time.Second
 
 // closeQuietly closes a client that never did anything.
 func closeQuietly(close func(context.Context) error) {
@@ -485,7 +497,12 @@ func decide(hs []*pendingAck, idx *service.Indexer, err error, rejectAfter int) 
 		failed = make(map[*pendingAck]bool)
 		var berr *service.BatchError
 		if idx != nil && errors.As(err, &berr) && berr.IndexedErrors() > 0 {
-			berr.WalkMessagesIndexedBy(idx, func(i int, m *service.Message, _ error) bool {
+			// The walk visits every message the error covers, with
+			// a nil error for those that did not fail.
+			berr.WalkMessagesIndexedBy(idx, func(i int, m *service.Message, merr error) bool {
+				if merr == nil {
+					return true
+				}
 				if h := ackFrom(m.Context()); h != nil {
 					failed[h] = true
 				}
@@ -518,6 +535,10 @@ func decide(hs []*pendingAck, idx *service.Indexer, err error, rejectAfter int) 
 // acknowledger, releases the records nobody claimed and closes the
 // consumer, which gives back the records it holds outside a transaction.
 func (in *shareInput) Close(ctx context.Context) error {
+	// Benthos gives no deadline; a cluster that is gone must not hold the
+	// shutdown.
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
 	in.closeOnce.Do(func() {
 		if in.batcher != nil {
 			_ = in.batcher.Close(ctx)

@@ -208,8 +208,7 @@ type txnOutput struct {
 	close bool
 
 	warnedOrphan atomic.Bool
-	// Counters, for tests and logs.
-	batches, aborted, orphans, skipped, uncovered atomic.Int64
+	metrics      *outputMetrics
 }
 
 // txnProducer is one producer of the pool and what it must remember
@@ -227,7 +226,9 @@ func newTxnOutput(conf *service.ParsedConfig, mgr *service.Resources) (*txnOutpu
 	if err != nil {
 		return nil, err
 	}
-	return &txnOutput{cfg: cfg, log: mgr.Logger()}, nil
+	o := &txnOutput{cfg: cfg, log: mgr.Logger(), metrics: newOutputMetrics(mgr)}
+	created(o)
+	return o, nil
 }
 
 // Connect creates the producers and initializes their transactions, which
@@ -293,8 +294,13 @@ func (o *txnOutput) newProducer(ctx context.Context, id string) (*txnProducer, e
 	if err != nil {
 		return nil, fmt.Errorf("kshare_txn: producer %s: %w", id, err)
 	}
-	if err := prod.InitTransactions(ctx); err != nil {
+	initCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := prod.InitTransactions(initCtx); err != nil {
 		closeQuietly(prod.Close)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer from the cluster (%s: %v) within %v: %w", fSeedBrokers, c.client.seeds, c.timeout, err)
+		}
 		return nil, fmt.Errorf("kshare_txn: producer %s: init transactions: %w", id, explain(err))
 	}
 	return &txnProducer{id: id, prod: prod}, nil
@@ -374,12 +380,18 @@ func (o *txnOutput) write(ctx context.Context, p *txnProducer, b service.Message
 	switch {
 	case err == nil:
 		o.ledgerSettle(pl, p, committed)
-		o.batches.Add(1)
+		o.metrics.committed.add(1)
+		o.metrics.acked.add(len(pl.claimed))
 		return nil
 	case errors.Is(err, kshare.ErrInDoubt):
+		// The commit's answer was lost. Learn the outcome now, within
+		// another timeout; the next batch learns it if this one cannot.
+		o.metrics.inDoubt.add(1)
 		o.ledgerSettle(pl, p, inDoubt)
 		p.doubt = pl.claimed
-		return o.learn(txnCtx, p)
+		learnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.timeout)
+		defer cancel()
+		return o.learn(learnCtx, p)
 	case errors.Is(err, kshare.ErrFatal), errors.Is(err, kshare.ErrUnsupported), errors.Is(err, kshare.ErrClosed):
 		// The producer can do nothing more; Close ends what it can.
 		// Nothing committed unless a commit was sent, and then the
@@ -391,7 +403,7 @@ func (o *txnOutput) write(ctx context.Context, p *txnProducer, b service.Message
 		// kshare.ErrAbortable, or a refused acknowledgement
 		// (shareconsumer.ErrNotHeld is kshare.ErrUsage): nothing of the
 		// transaction commits; abort it, and the records come back.
-		o.aborted.Add(1)
+		o.metrics.aborted.add(1)
 		o.ledgerSettle(pl, p, released)
 		if aerr := p.prod.AbortTransaction(txnCtx); aerr != nil && !errors.Is(aerr, kshare.ErrAbortable) && !errors.Is(aerr, kshare.ErrInDoubt) {
 			return o.stop(p, fmt.Errorf("kshare_txn: abort after %v: %w", err, aerr))
@@ -423,12 +435,13 @@ func (o *txnOutput) learn(ctx context.Context, p *txnProducer) error {
 		aerr := p.prod.AbortTransaction(ctx)
 		switch {
 		case errors.Is(aerr, kshare.ErrCommitted):
+			o.metrics.committed.add(1)
+			o.metrics.acked.add(len(p.doubt))
 			p.settle(committed)
-			o.batches.Add(1)
 			return nil
 		case aerr == nil:
 			p.settle(released)
-			o.aborted.Add(1)
+			o.metrics.aborted.add(1)
 			return errors.New("kshare_txn: the in-doubt commit had not committed; its records come back to the group")
 		case errors.Is(aerr, kshare.ErrInDoubt), errors.Is(aerr, kshare.ErrAbortable):
 			if ctx.Err() != nil {
@@ -485,7 +498,7 @@ func (o *txnOutput) plan(b service.MessageBatch, p *txnProducer) (*plan, error) 
 		h := ackFrom(m.Context())
 		owner[i] = h
 		if h == nil {
-			o.orphans.Add(1)
+			o.metrics.orphans.add(1)
 			if o.warnedOrphan.CompareAndSwap(false, true) {
 				o.log.Warn("kshare_txn: a message carries no kshare_share acknowledgement (another input, or a processor made it): it is written, and no input record is acknowledged with it")
 			}
@@ -512,10 +525,10 @@ func (o *txnOutput) plan(b service.MessageBatch, p *txnProducer) (*plan, error) 
 			switch st, ok := lost[h]; {
 			case !ok:
 			case st == released:
-				o.skipped.Add(1)
+				o.metrics.skipped.add(1)
 				continue
 			default:
-				o.uncovered.Add(1)
+				o.metrics.uncovered.add(1)
 				o.log.Errorf("kshare_txn: a message of %s/%d@%d arrived after the record's acknowledgement was %s by another transaction: it is written without it (exactly-once needs every message of a record in one batch of one kshare_txn output)", h.rec.Topic, h.rec.Partition, h.rec.Offset, st)
 			}
 		}
@@ -582,6 +595,10 @@ func (o *txnOutput) record(b service.MessageBatch, i int) (*kgo.Record, error) {
 // Close closes every producer within ctx; each aborts a transaction left
 // open.
 func (o *txnOutput) Close(ctx context.Context) error {
+	// Benthos may give no deadline; a cluster that is gone must not hold
+	// the shutdown.
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
 	o.mu.Lock()
 	o.close = true
 	all := o.all
