@@ -303,5 +303,3 @@ func requireExactlyOnce(t *testing.T, res eos.Result) {
 	require.Zero(t, res.Unacknowledged, "unacknowledged")
 	require.Zero(t, res.Unknown, "unknown outputs")
 }
-
-

@@ -54,26 +54,26 @@ This input is a kshare share consumer in transactional mode: it never
 acknowledges a record by itself. Each message carries, in its context, the
 pending acknowledgement of the record it was read from.
 
-- A ` + "`kshare_txn`" + ` output writes a batch in one Kafka transaction that also
+- A `+"`kshare_txn`"+` output writes a batch in one Kafka transaction that also
   carries the acknowledgements of the records the batch came from (KIP-1289):
   the output and the acknowledgements commit together or not at all.
 - When the batch's acknowledgement reaches this input, it resolves what no
-  output did: records whose messages were dropped (a mapping's ` + "`deleted()`" + `, a
+  output did: records whose messages were dropped (a mapping's `+"`deleted()`"+`, a
   filter) are accepted in an acknowledgement-only transaction of the input's own
-  (its ` + "`transactional_id`" + `); records whose messages were nacked (a rejected
+  (its `+"`transactional_id`"+`); records whose messages were nacked (a rejected
   message, a failed output) are released, so that the group delivers them again
-  at once, or rejected (archived) once delivered ` + "`reject_after_deliveries`" + `
+  at once, or rejected (archived) once delivered `+"`reject_after_deliveries`"+`
   times.
 
 Every record's acknowledgement is committed exactly once, by one of the two.
 
-With any output other than ` + "`kshare_txn`" + ` the input still works, but
+With any output other than `+"`kshare_txn`"+` the input still works, but
 at-least-once: the records are accepted in the input's own transaction after the
 output has written them, so a crash between the two delivers them again.
 
 Exactly-once also needs each record's messages to reach the output in one batch.
 Processors that keep messages one for one (mappings, mutations, filters) and
-splits that stay in one batch do; processors that merge messages (` + "`archive`" + `)
+splits that stay in one batch do; processors that merge messages (`+"`archive`"+`)
 keep the context of one of them only, and the records merged away are accepted
 after the output, at-least-once. The connector's README states the whole
 argument.
@@ -81,7 +81,7 @@ argument.
 ### Locks
 
 A delivered record is locked to this consumer for the group's
-` + "`share.record.lock.duration.ms`" + ` (` + "`record_lock_duration`" + ` sets it). Once its
+`+"`share.record.lock.duration.ms`"+` (`+"`record_lock_duration`"+` sets it). Once its
 acknowledgement joins a transaction the consumer renews the lock until the
 transaction ends; before that, the message must reach the output within the
 lock, or the record is delivered again and the late message is skipped by the
@@ -91,7 +91,7 @@ output.
 
 This input adds the following metadata fields to each message:
 
-` + "```text" + `
+`+"```text"+`
 - kafka_key
 - kafka_topic
 - kafka_partition
@@ -101,7 +101,7 @@ This input adds the following metadata fields to each message:
 - kafka_tombstone_message
 - kafka_delivery_count
 - All record headers
-` + "```" + `
+`+"```"+`
 `).
 		Fields(clientFields()...).
 		Fields(

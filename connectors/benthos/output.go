@@ -40,10 +40,10 @@ func outputSpec() *service.ConfigSpec {
 		Description(`
 Each batch is one transaction: the output begins it, produces every message,
 adds the acknowledgements of the input records the messages came from (the
-handles ` + "`kshare_share`" + ` puts in their context) and commits. The outputs and the
+handles `+"`kshare_share`"+` puts in their context) and commits. The outputs and the
 acknowledgements commit together or not at all: after a crash, the records of
 an unfinished transaction come back to the group and are processed again, and
-nothing of them was visible to ` + "`read_committed`" + ` readers.
+nothing of them was visible to `+"`read_committed`"+` readers.
 
 A batch that fails (a record the brokers refuse, an acknowledgement whose lock
 ran out) is aborted and nacked; the input then releases what is left, and the
@@ -57,7 +57,7 @@ processor) are written in the transaction all the same, and a warning says that
 nothing of them is acknowledged.
 
 Topic, key, partition and timestamp are interpolated per message; the
-` + "`metadata`" + ` filter says which metadata become record headers.`).
+`+"`metadata`"+` filter says which metadata become record headers.`).
 		Fields(clientFields()...).
 		Fields(
 			service.NewStringField(fOutTransactional).
