@@ -236,6 +236,32 @@ func (p *pipeline) stop(t *testing.T, timeout time.Duration) {
 	}
 }
 
+// stopDead stops a pipeline whose connections were cut, in the
+// background: its components give up on the brokers one after another
+// (each within its own timeout), which a dead process would not wait for.
+// The returned channel closes once the stream has ended; the test waits
+// for it before it returns, so that no goroutine outlives it.
+func (p *pipeline) stopDead(t *testing.T) <-chan struct{} {
+	done := make(chan struct{})
+	s := p.stream
+	p.stream = nil
+	began := time.Now()
+	go func() {
+		defer close(done)
+		_ = s.StopWithin(time.Minute)
+		<-p.done
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+			t.Logf("the dead pipeline's remains stopped after %v", time.Since(began).Round(time.Millisecond))
+		case <-time.After(2 * time.Minute):
+			t.Errorf("the dead pipeline's remains did not stop within 2 minutes")
+		}
+	})
+	return done
+}
+
 // startOffsets returns the group's share-partition start offsets of the
 // input topic; none before the group exists.
 func (r *run) startOffsets(t *testing.T) map[int32]int64 {
