@@ -357,7 +357,7 @@ func explain(err error) error {
 
 // closeTimeout bounds what Close waits for: the end of a transaction left
 // open, the final acknowledgements, leaving the group.
-const closeTimeout = 15 * time.Second
+const closeTimeout = 10 * time.Second
 
 // closeQuietly closes a client that never did anything.
 func closeQuietly(close func(context.Context) error) {
