@@ -51,7 +51,7 @@ type cluster struct {
 	admin *kgo.Client
 }
 
-func newCluster(t *testing.T, opts ...broker.Opt) *cluster {
+func newCluster(t testing.TB, opts ...broker.Opt) *cluster {
 	t.Helper()
 	c, err := broker.NewCluster(opts...)
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ type run struct {
 
 // newRun creates the input and output topics (partitions each) and writes
 // n input records, every rejectEvery-th poison.
-func (c *cluster) newRun(t *testing.T, name string, partitions int32, n, rejectEvery int) *run {
+func (c *cluster) newRun(t testing.TB, name string, partitions int32, n, rejectEvery int) *run {
 	t.Helper()
 	ctx := testkit.Context(t)
 	r := &run{
@@ -154,11 +154,11 @@ func (o *observed) of(value string) []int64 {
 //   - test_observe records each message's value and delivery count in obs;
 //   - test_fail fails the messages for which fail returns true;
 //   - test_slow holds each message for what slow returns.
-func testEnv(t *testing.T, obs *observed, fail func(value string, delivery int64) bool) *service.Environment {
+func testEnv(t testing.TB, obs *observed, fail func(value string, delivery int64) bool) *service.Environment {
 	return testEnvSlow(t, obs, fail, nil)
 }
 
-func testEnvSlow(t *testing.T, obs *observed, fail func(value string, delivery int64) bool, slow func(value string, delivery int64) time.Duration) *service.Environment {
+func testEnvSlow(t testing.TB, obs *observed, fail func(value string, delivery int64) bool, slow func(value string, delivery int64) time.Duration) *service.Environment {
 	env := service.NewEnvironment()
 	register := func(name string, f func(value string, delivery int64) error) {
 		require.NoError(t, env.RegisterProcessor(name, service.NewConfigSpec(),
@@ -202,7 +202,7 @@ func (f procFunc) Process(_ context.Context, m *service.Message) (service.Messag
 func (procFunc) Close(context.Context) error { return nil }
 
 // start builds and runs a pipeline from yaml in env.
-func start(t *testing.T, env *service.Environment, yaml string) *pipeline {
+func start(t testing.TB, env *service.Environment, yaml string) *pipeline {
 	t.Helper()
 	b := env.NewStreamBuilder()
 	b.SetLogger(testLogger())
@@ -216,7 +216,7 @@ func start(t *testing.T, env *service.Environment, yaml string) *pipeline {
 }
 
 // stop stops the pipeline within timeout, waiting for what is in flight.
-func (p *pipeline) stop(t *testing.T, timeout time.Duration) {
+func (p *pipeline) stop(t testing.TB, timeout time.Duration) {
 	if p.stream == nil {
 		return
 	}
@@ -241,7 +241,7 @@ func (p *pipeline) stop(t *testing.T, timeout time.Duration) {
 // (each within its own timeout), which a dead process would not wait for.
 // The returned channel closes once the stream has ended; the test waits
 // for it before it returns, so that no goroutine outlives it.
-func (p *pipeline) stopDead(t *testing.T) <-chan struct{} {
+func (p *pipeline) stopDead(t testing.TB) <-chan struct{} {
 	done := make(chan struct{})
 	s := p.stream
 	p.stream = nil
@@ -264,7 +264,7 @@ func (p *pipeline) stopDead(t *testing.T) <-chan struct{} {
 
 // startOffsets returns the group's share-partition start offsets of the
 // input topic; none before the group exists.
-func (r *run) startOffsets(t *testing.T) map[int32]int64 {
+func (r *run) startOffsets(t testing.TB) map[int32]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -288,7 +288,7 @@ func (r *run) startOffsets(t *testing.T) map[int32]int64 {
 
 // waitAcknowledged waits until the group has acknowledged every input
 // record, or fails the test after timeout.
-func (r *run) waitAcknowledged(t *testing.T, timeout time.Duration) {
+func (r *run) waitAcknowledged(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -306,7 +306,7 @@ func (r *run) waitAcknowledged(t *testing.T, timeout time.Duration) {
 
 // verify checks the committed output against the input with the
 // project's read_committed checker and returns its verdict.
-func (r *run) verify(t *testing.T, archived map[string]eos.Archive, elapsed time.Duration) eos.Result {
+func (r *run) verify(t testing.TB, archived map[string]eos.Archive, elapsed time.Duration) eos.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -321,7 +321,7 @@ func (r *run) verify(t *testing.T, archived map[string]eos.Archive, elapsed time
 
 // requireExactlyOnce fails the test unless res is OK with no duplicate, no
 // missing and no unacknowledged input.
-func requireExactlyOnce(t *testing.T, res eos.Result) {
+func requireExactlyOnce(t testing.TB, res eos.Result) {
 	t.Helper()
 	require.True(t, res.OK, res.Line())
 	require.Zero(t, res.Duplicates, "duplicates")
