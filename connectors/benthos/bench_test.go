@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,27 +30,8 @@ const benchRecords = 20000
 func BenchmarkPipeline(b *testing.B) {
 	b.Run("benthos", func(b *testing.B) {
 		benchCopy(b, func(t testing.TB, r *run) func() {
-			p := start(t, testEnv(t, &observed{}, nil), r.yaml(`
-input:
-  kshare_share:
-    seed_brokers: [ $SEEDS ]
-    group: $GROUP
-    topics: [ $IN ]
-    transactional_id: $INTXN
-    auto_offset_reset: earliest
-    max_poll_records: 500
-    max_wait: 100ms
-pipeline:
-  threads: 1
-  processors:
-    - mapping: root = content()
-output:
-  kshare_txn:
-    seed_brokers: [ $SEEDS ]
-    transactional_id: $OUTTXN
-    topic: $OUT
-    key: ${! @kafka_key }
-`))
+			yaml := strings.Replace(basicPipeline, "max_poll_records: 100", "max_poll_records: 500", 1)
+			p := start(t, testEnv(t, &observed{}, nil), r.yaml(yaml))
 			return func() { p.stop(t, 30*time.Second) }
 		})
 	})
