@@ -30,6 +30,10 @@ package broker
 //     Kafka's message.max.bytes) is MESSAGE_TOO_LARGE for its partition,
 //     checked before the CRC as Kafka checks it; the size is the whole
 //     batch, its 12-byte log overhead included (topic_limits.go).
+//   - An uncompressed batch whose record count (header) differs from the
+//     records its bytes frame is INVALID_RECORD, as Kafka's log validator
+//     answers; the count moves the end offset, so a lie would make offsets
+//     without records (or records sharing one offset).
 //   - Past the MaxBytes budget a partition's records are refused with
 //     POLICY_VIOLATION and a message naming the budget (docs/broker.md).
 //   - Like Kafka, a partition named twice is appended once, with the records
@@ -38,7 +42,8 @@ package broker
 // Skipped:
 //   - quotas;
 //   - record-level validation of compressed batches (the broker stores
-//     batches as they arrive);
+//     batches as they arrive, so a compressed batch's record count is
+//     trusted);
 //   - timestamp overrides.
 
 import (

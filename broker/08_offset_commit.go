@@ -27,7 +27,10 @@ package broker
 //     (UNKNOWN_TOPIC_ID by id, v10), metadata over 4096 bytes
 //     OFFSET_METADATA_TOO_LARGE.
 //   - The valid partitions are written as one batch to __consumer_offsets
-//     and applied at once.
+//     and applied at once; a batch that would take the stored bytes past
+//     the MaxBytes budget is not written, and each of its partitions gets
+//     INVALID_COMMIT_OFFSET_SIZE (Kafka's answer to a commit it cannot
+//     store).
 //   - Offsets expire by the broker's OffsetsRetention (group_expiry.go).
 //
 // Skipped:

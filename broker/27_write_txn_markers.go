@@ -25,9 +25,14 @@ package broker
 //     unknown one UNKNOWN_TOPIC_OR_PARTITION.
 //   - A marker written to an internal topic is handed to the coordinator
 //     that owns it (c.onMarker).
+//   - Markers sent by a client (not by this broker's coordinator) count
+//     against the MaxBytes budget: past it each is POLICY_VIOLATION and
+//     writes nothing, as a produce would be; the coordinator's own markers
+//     are always written, so that transactions can end.
 //
 // Skipped:
-//   - the CLUSTER_ACTION authorization (there are no ACLs).
+//   - the CLUSTER_ACTION authorization (there are no ACLs): any client may
+//     write markers, within the budget.
 
 import (
 	"time"
@@ -37,6 +42,9 @@ import (
 )
 
 func init() { registerAPI(apiSpec{key: 27, min: 0, max: 2, handle: handleWriteTxnMarkers}) }
+
+// markerBatchBound bounds the size of one marker's control batch.
+const markerBatchBound = batchHeaderLen + 4 + 6 + 31
 
 func handleWriteTxnMarkers(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.WriteTxnMarkersRequest)
@@ -59,7 +67,12 @@ func handleWriteTxnMarkers(c *Cluster, r *request) (kmsg.Response, error) {
 			for _, idx := range t.Partitions {
 				rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
 				rp.Partition = idx
-				if err := c.writeMarker(r.node.id, t.Topic, idx, check, now); err != nil {
+				if r.cc != nil && !c.withinBudget(markerBatchBound) {
+					// A client's markers are writes a client asks for:
+					// held to MaxBytes like produce. The coordinator's
+					// own (r.cc == nil) go past it to end transactions.
+					rp.ErrorCode = kerr.PolicyViolation.Code
+				} else if err := c.writeMarker(r.node.id, t.Topic, idx, check, now); err != nil {
 					rp.ErrorCode = err.Code
 				}
 				rt.Partitions = append(rt.Partitions, rp)

@@ -37,6 +37,8 @@ package broker
 //     transaction's COMMIT marker lands on that partition; ABORT discards
 //     them.
 //   - v6 names topics by id (UNKNOWN_TOPIC_ID).
+//   - Past the MaxBytes budget nothing is written and every valid partition
+//     gets INVALID_COMMIT_OFFSET_SIZE, as OffsetCommit answers.
 //
 // Skipped:
 //   - authorization.

@@ -138,7 +138,34 @@ func splitBatches(records []byte, produceVersion int16, maxBatch int) ([]batchIn
 	case b.pid >= 0 && b.firstSeq < 0:
 		return nil, badBatch(kerr.InvalidRecord, "invalid sequence number %d in a batch of producer id %d", b.firstSeq, b.pid)
 	}
+	if b.compression == 0 {
+		if n, ok := countRecords(raw[batchHeaderLen:], b.numRecords); !ok || n != b.numRecords {
+			return nil, badBatch(kerr.InvalidRecord, "the record batch says it holds %d records but its bytes frame %d", b.numRecords, n)
+		}
+	}
 	return []batchInfo{b}, nil
+}
+
+// countRecords counts the length-prefixed records of an uncompressed
+// batch's body, stopping past limit. ok is false when the body is not a
+// whole number of records. The header's record count moves the log's end
+// offset, so a count the bytes do not back (one record claiming 2^31-1)
+// would make offsets without records; Kafka's log validator refuses it
+// with INVALID_RECORD, as this does.
+func countRecords(body []byte, limit int32) (int32, bool) {
+	var n int32
+	for len(body) > 0 {
+		if n > limit {
+			return n, true
+		}
+		length, used := binary.Varint(body)
+		if used <= 0 || length < 0 || length > int64(len(body)-used) {
+			return n, false
+		}
+		body = body[used+int(length):]
+		n++
+	}
+	return n, true
 }
 
 // firstBatchTransactional reports whether the first batch of a produced
@@ -190,6 +217,17 @@ func buildBatch(recs []kv, pid int64, epoch int16, firstSeq int32, txn, control 
 	binary.BigEndian.PutUint32(out[offBatchLength:], uint32(len(out)-12))
 	binary.BigEndian.PutUint32(out[offCRC:], crc32.Checksum(out[offAttributes:], crc32c))
 	return out
+}
+
+// recordsSize bounds the size of the batch buildBatch makes of recs: its
+// header, and per record the key, the value and at most 5 bytes for each
+// of its six varints and its attributes.
+func recordsSize(recs []kv) int64 {
+	n := int64(batchHeaderLen)
+	for _, r := range recs {
+		n += int64(len(r.key)+len(r.value)) + 31
+	}
+	return n
 }
 
 func appendVarintBytes(dst, b []byte) []byte {

@@ -15,7 +15,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
-	"slices"
 	"sort"
 	"time"
 
@@ -97,8 +96,13 @@ type groupMember struct {
 	sessionTimeout   time.Duration
 	rebalanceTimeout time.Duration
 	protocols        []kmsg.JoinGroupRequestProtocol
-	assignment       []byte
-	sessionDeadline  time.Time
+	// protocolIndex maps each protocol name to its first position in
+	// protocols, built on first use, so that choosing the group's protocol
+	// costs O(total protocols), not a scan per name (a JoinGroup under 1
+	// MiB may name 80,000 protocols).
+	protocolIndex   map[string]int
+	assignment      []byte
+	sessionDeadline time.Time
 	// joinSeq orders members by when they joined: the earliest remaining
 	// member becomes leader when the leader leaves.
 	joinSeq uint64
@@ -126,6 +130,7 @@ func (m *groupMember) update(spec memberSpec) {
 	m.sessionTimeout = spec.sessionTimeout
 	m.rebalanceTimeout = spec.rebalanceTimeout
 	m.protocols = spec.protocols
+	m.protocolIndex = nil
 }
 
 func (m *groupMember) answerJoin(resp *kmsg.JoinGroupResponse) {
@@ -142,21 +147,29 @@ func (m *groupMember) answerSync(resp *kmsg.SyncGroupResponse) {
 	}
 }
 
-func (m *groupMember) supports(protocol string) bool {
-	for _, p := range m.protocols {
-		if p.Name == protocol {
-			return true
+// protocolPos returns where protocol is in the member's protocols.
+func (m *groupMember) protocolPos(protocol string) (int, bool) {
+	if m.protocolIndex == nil {
+		m.protocolIndex = make(map[string]int, len(m.protocols))
+		for i, p := range m.protocols {
+			if _, dup := m.protocolIndex[p.Name]; !dup {
+				m.protocolIndex[p.Name] = i
+			}
 		}
 	}
-	return false
+	i, ok := m.protocolIndex[protocol]
+	return i, ok
+}
+
+func (m *groupMember) supports(protocol string) bool {
+	_, ok := m.protocolPos(protocol)
+	return ok
 }
 
 // metadataFor returns the member's metadata for a protocol, or nil.
 func (m *groupMember) metadataFor(protocol string) []byte {
-	for _, p := range m.protocols {
-		if p.Name == protocol {
-			return p.Metadata
-		}
+	if i, ok := m.protocolPos(protocol); ok {
+		return m.protocols[i].Metadata
 	}
 	return nil
 }
@@ -251,6 +264,7 @@ func (grp *classicGroup) selectProtocol() string {
 		ordered = append([]*groupMember{l}, ordered...)
 	}
 	var candidates []string
+	candidate := make(map[string]bool)
 	for _, p := range ordered[0].protocols {
 		all := true
 		for _, m := range grp.members {
@@ -259,14 +273,15 @@ func (grp *classicGroup) selectProtocol() string {
 				break
 			}
 		}
-		if all {
+		if all && !candidate[p.Name] {
 			candidates = append(candidates, p.Name)
+			candidate[p.Name] = true
 		}
 	}
 	votes := make(map[string]int)
 	for _, m := range grp.members {
 		for _, p := range m.protocols {
-			if slices.Contains(candidates, p.Name) {
+			if candidate[p.Name] {
 				votes[p.Name]++
 				break
 			}

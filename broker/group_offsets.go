@@ -130,7 +130,17 @@ func (g *groupCoordinator) writeOffsets(st *groupShard, group string, writes []o
 	if len(recs) == 0 {
 		return
 	}
-	base, err := g.appendRecords(st, recs, pid, epoch, now)
+	// Commits are writes a client asks for, with up to 4 KiB of metadata
+	// per partition: they count against the MaxBytes budget like produce.
+	// Kafka answers a commit it cannot store INVALID_COMMIT_OFFSET_SIZE.
+	var err *kerr.Error
+	if !g.c.withinBudget(recordsSize(recs)) {
+		err = kerr.InvalidCommitOffsetSize
+	}
+	var base int64
+	if err == nil {
+		base, err = g.appendRecords(st, recs, pid, epoch, now)
+	}
 	next := base
 	for i := range writes {
 		w := &writes[i]

@@ -187,23 +187,32 @@ func (c *Cluster) partitionsDeleted(t *topic) {
 // budget is logged at WARN; the client sees POLICY_VIOLATION, which it does
 // not retry, with the message naming the limit.
 func (c *Cluster) checkBudget(batches []batchInfo) (*kerr.Error, string) {
-	if c.cfg.maxBytes <= 0 {
-		return nil, ""
-	}
 	var n int64
 	for _, b := range batches {
 		n += int64(len(b.raw))
 	}
-	if c.storedBytes+n <= c.cfg.maxBytes {
-		c.overBudget = false
+	if c.withinBudget(n) {
 		return nil, ""
-	}
-	if !c.overBudget {
-		c.overBudget = true
-		c.logger.Warn("memory budget reached: refusing produce until space is freed",
-			"max_bytes", c.cfg.maxBytes, "stored_bytes", c.storedBytes)
 	}
 	return kerr.PolicyViolation, fmt.Sprintf("broker memory budget (MaxBytes / -max-bytes) of %d bytes reached: "+
 		"%d bytes of records are stored and this %d-byte batch would pass it; free space with retention, "+
 		"DeleteRecords or DeleteTopics, or raise the limit", c.cfg.maxBytes, c.storedBytes, n)
+}
+
+// withinBudget reports whether n more stored bytes fit the MaxBytes
+// budget. Every write a client asks for checks it (produce, offset
+// commits, markers sent by clients): only the coordinators' own writes,
+// which let transactions and groups finish what they started, go past
+// it. The first refusal after a time within the budget is logged at WARN.
+func (c *Cluster) withinBudget(n int64) bool {
+	if c.cfg.maxBytes <= 0 || c.storedBytes+n <= c.cfg.maxBytes {
+		c.overBudget = false
+		return true
+	}
+	if !c.overBudget {
+		c.overBudget = true
+		c.logger.Warn("memory budget reached: refusing client writes until space is freed",
+			"max_bytes", c.cfg.maxBytes, "stored_bytes", c.storedBytes)
+	}
+	return false
 }
