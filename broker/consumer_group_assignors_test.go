@@ -207,3 +207,66 @@ func BenchmarkConsumerGroupHeartbeat(b *testing.B) {
 		})
 	}
 }
+
+// TestUniformAssignorWorkIsLinear bounds the uniform assignor's steps by a
+// small multiple of P log P + P + M: a second member joining one holding
+// 10,000 partitions once cost 5,000 moves each re-sorting the giver's
+// partitions (~10 s on the loop, a frozen broker).
+func TestUniformAssignorWorkIsLinear(t *testing.T) {
+	const P = 10000
+	topic := asgTopic(1)
+	topics := map[[16]byte]int32{topic: P}
+	// bound is what the test allows for p partitions and m members.
+	bound := func(p, m int) int { return 30*p + 10*m }
+
+	// One member holds everything; a second joins.
+	members := asgMembers(2, topic)
+	first, _ := uniformAssignment(members[:1], topics)
+	members[0].current = first[members[0].id]
+	out, steps := uniformAssignment(members, topics)
+	counts := asgCheck(t, members, topics, out)
+	require.Equal(t, map[string]int{"m00": P / 2, "m01": P / 2}, counts)
+	require.LessOrEqual(t, steps, bound(P, 2), "second member joining %d partitions", P)
+
+	// Members join one at a time: each join moves only what it must.
+	members = asgMembers(40, topic)
+	prev := map[string]cgPartitions{}
+	for n := 1; n <= len(members); n++ {
+		ms := make([]assignorMember, n)
+		copy(ms, members[:n])
+		for i := range ms {
+			ms[i].current = prev[ms[i].id]
+		}
+		next, steps := uniformAssignment(ms, topics)
+		counts := make(map[string]int, n)
+		for id, parts := range next {
+			counts[id] = len(parts)
+		}
+		require.LessOrEqual(t, spread(counts), 1)
+		require.LessOrEqual(t, steps, bound(P, n), "member %d joining", n)
+		prev = next
+	}
+	asgCheck(t, members, topics, prev)
+
+	// Every member subscribes differently (one class each, a ring): the
+	// steps stay within the bound times the number of classes. Moving one
+	// partition at a time does not always reach a spread of one here (a
+	// chain of moves would be needed), so only validity is checked.
+	var het []assignorMember
+	hetTopics := map[[16]byte]int32{}
+	for i := 0; i < 50; i++ {
+		hetTopics[asgTopic(byte(i))] = 100
+		subs := map[[16]byte]bool{asgTopic(byte(i)): true, asgTopic(byte((i + 1) % 50)): true}
+		het = append(het, assignorMember{id: fmt.Sprintf("h%02d", i), topics: subs})
+	}
+	// The first member starts with everything it may hold.
+	het[0].current = cgPartitions{}
+	for p := int32(0); p < 100; p++ {
+		het[0].current[cgTP{asgTopic(0), p}] = 0
+		het[0].current[cgTP{asgTopic(1), p}] = 0
+	}
+	hout, steps := uniformAssignment(het, hetTopics)
+	asgCheck(t, het, hetTopics, hout)
+	require.LessOrEqual(t, steps, 50*bound(5000, 50), "50 classes over 5,000 partitions")
+	t.Logf("heterogeneous: %d steps", steps)
+}
