@@ -13,13 +13,19 @@ package broker
 //     producer id, from v1 by duration (only transactions whose start is
 //     more than DurationFilterMillis ago; -1 for no filter) and from v2 by a
 //     transactional-id pattern (RE2 syntax, whole id; a pattern that does
-//     not compile is INVALID_REGULAR_EXPRESSION).
+//     not compile, or is past the broker's bounds of 16 KiB and 20,000
+//     program instructions (regex.go), is INVALID_REGULAR_EXPRESSION).
+//
+// Cost:
+//   - The other filters run on the loop, O(1) per transaction of the node.
+//     A pattern is compiled and matched in the background (one regex job
+//     at a time over the cluster), since matching costs the pattern's
+//     program size times the ids' lengths; the answer is sent from there.
 //
 // Skipped:
 //   - authorization.
 
 import (
-	"regexp"
 	"sort"
 	"time"
 
@@ -46,14 +52,9 @@ func handleListTransactions(c *Cluster, r *request) (kmsg.Response, error) {
 	for _, pid := range req.ProducerIDFilters {
 		pids[pid] = true
 	}
-	var pattern *regexp.Regexp
-	if req.Version >= 2 && req.TransactionalIDPattern != nil && *req.TransactionalIDPattern != "" {
-		re, err := regexp.Compile("^(?:" + *req.TransactionalIDPattern + ")$")
-		if err != nil {
-			resp.ErrorCode = kerr.InvalidRegularExpression.Code
-			return resp, nil
-		}
-		pattern = re
+	pattern := ""
+	if req.Version >= 2 && req.TransactionalIDPattern != nil {
+		pattern = *req.TransactionalIDPattern
 	}
 	duration := int64(-1)
 	if req.Version >= 1 {
@@ -74,7 +75,6 @@ func handleListTransactions(c *Cluster, r *request) (kmsg.Response, error) {
 			case len(req.StateFilters) > 0 && !states[m.state]:
 			case len(pids) > 0 && !pids[m.producerID]:
 			case duration >= 0 && nowMs-m.startMs <= duration:
-			case pattern != nil && !pattern.MatchString(m.id):
 			default:
 				st := kmsg.NewListTransactionsResponseTransactionState()
 				st.TransactionalID = m.id
@@ -84,8 +84,39 @@ func handleListTransactions(c *Cluster, r *request) (kmsg.Response, error) {
 			}
 		}
 	}
-	sort.Slice(resp.TransactionStates, func(i, j int) bool {
-		return resp.TransactionStates[i].TransactionalID < resp.TransactionStates[j].TransactionalID
-	})
-	return resp, nil
+	if pattern == "" {
+		sortTransactionStates(resp.TransactionStates)
+		return resp, nil
+	}
+	// The pattern is compiled and matched off the loop: its cost grows
+	// with the pattern and with every transactional id's length.
+	c.inBackground(func(stop <-chan struct{}) (any, bool) {
+		re, _, err := boundedRegex(pattern)
+		if err != nil {
+			resp.ErrorCode = kerr.InvalidRegularExpression.Code
+			resp.TransactionStates = nil
+			return resp, true
+		}
+		kept := resp.TransactionStates[:0]
+		for i, st := range resp.TransactionStates {
+			if i%64 == 0 {
+				select {
+				case <-stop:
+					return nil, false
+				default:
+				}
+			}
+			if re.MatchString(st.TransactionalID) {
+				kept = append(kept, st)
+			}
+		}
+		resp.TransactionStates = kept
+		sortTransactionStates(resp.TransactionStates)
+		return resp, true
+	}, func(res any) { r.respond(res.(*kmsg.ListTransactionsResponse)) })
+	return nil, nil
+}
+
+func sortTransactionStates(states []kmsg.ListTransactionsResponseTransactionState) {
+	sort.Slice(states, func(i, j int) bool { return states[i].TransactionalID < states[j].TransactionalID })
 }

@@ -13,8 +13,17 @@ package broker
 //     blank instance or rack id; epoch 0 needs a rebalance timeout, an empty
 //     owned-partitions list and a subscription (names or regex); epoch -2
 //     needs an instance id; any epoch below -2 is invalid. A regex that does
-//     not compile is INVALID_REGULAR_EXPRESSION, a server assignor other
-//     than uniform and range UNSUPPORTED_ASSIGNOR.
+//     not compile, or is longer than 16 KiB or compiles to more than 20,000
+//     instructions (the broker's bounds, regex.go), is
+//     INVALID_REGULAR_EXPRESSION, a server assignor other than uniform and
+//     range UNSUPPORTED_ASSIGNOR.
+//   - A regex subscription is resolved against the topics when it is new
+//     and after topics are created or deleted, at the next heartbeat of any
+//     member of the group: on the loop while the work (program size times
+//     the bytes of the topic names) is under 2^20, else in the background,
+//     as Kafka resolves regexes off the request path; the member has the
+//     topics of the previous resolution (none at first) until it is done,
+//     and the heartbeat after it moves the group epoch.
 //   - Epoch 0 joins, creating the group or converting an empty classic group
 //     (consumer_group.go), or rejoins an existing member (which then owns
 //     nothing).
@@ -58,7 +67,8 @@ func handleConsumerGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error)
 		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)
 		return resp, nil
 	}
-	if err, msg := validateConsumerHeartbeat(req); err != nil {
+	re, err, msg := validateConsumerHeartbeat(req)
+	if err != nil {
 		return fail(err, msg)
 	}
 	g := c.coordinators.group
@@ -74,7 +84,7 @@ func handleConsumerGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error)
 	}
 	now := time.Now()
 	before := consumerShapeOf(sh.state, req.Group)
-	resp, herr := g.consumerHeartbeat(sh.state, r, req, now)
+	resp, herr := g.consumerHeartbeat(sh.state, r, req, re, now)
 	g.afterConsumerHeartbeat(sh.state, req.Group, req.MemberID, before, now)
 	if herr != nil {
 		c.logger.Debug("consumer group heartbeat refused", "group", req.Group, "member", req.MemberID,
@@ -85,50 +95,53 @@ func handleConsumerGroupHeartbeat(c *Cluster, r *request) (kmsg.Response, error)
 }
 
 // validateConsumerHeartbeat checks a request as Kafka's coordinator does
-// before it looks at the group.
-func validateConsumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest) (*kerr.Error, string) {
+// before it looks at the group, and returns its regex compiled (nil for
+// none): compiled once per request.
+func validateConsumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest) (*subscriptionRegex, *kerr.Error, string) {
 	blank := func(s *string) bool { return s != nil && strings.TrimSpace(*s) == "" }
 	switch {
 	case strings.TrimSpace(req.Group) == "":
-		return kerr.InvalidRequest, "GroupId can't be empty."
+		return nil, kerr.InvalidRequest, "GroupId can't be empty."
 	case req.Version >= 1 && strings.TrimSpace(req.MemberID) == "":
-		return kerr.InvalidRequest, "MemberId can't be empty."
+		return nil, kerr.InvalidRequest, "MemberId can't be empty."
 	case blank(req.InstanceID):
-		return kerr.InvalidRequest, "InstanceId can't be empty."
+		return nil, kerr.InvalidRequest, "InstanceId can't be empty."
 	case blank(req.RackID):
-		return kerr.InvalidRequest, "RackId can't be empty."
+		return nil, kerr.InvalidRequest, "RackId can't be empty."
 	}
 	switch e := req.MemberEpoch; {
 	case e > 0 || e == cgLeaveEpoch:
 		if strings.TrimSpace(req.MemberID) == "" {
-			return kerr.InvalidRequest, "MemberId can't be empty."
+			return nil, kerr.InvalidRequest, "MemberId can't be empty."
 		}
 	case e == 0:
 		switch {
 		case req.RebalanceTimeoutMillis == -1:
-			return kerr.InvalidRequest, "RebalanceTimeoutMs must be provided in first request."
+			return nil, kerr.InvalidRequest, "RebalanceTimeoutMs must be provided in first request."
 		case req.Topics == nil || len(req.Topics) > 0:
-			return kerr.InvalidRequest, "TopicPartitions must be empty when (re-)joining."
+			return nil, kerr.InvalidRequest, "TopicPartitions must be empty when (re-)joining."
 		case req.SubscribedTopicNames == nil && req.SubscribedTopicRegex == nil:
-			return kerr.InvalidRequest, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+			return nil, kerr.InvalidRequest, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
 		}
 	case e == cgStaticLeaveEpoch:
 		switch {
 		case strings.TrimSpace(req.MemberID) == "":
-			return kerr.InvalidRequest, "MemberId can't be empty."
+			return nil, kerr.InvalidRequest, "MemberId can't be empty."
 		case req.InstanceID == nil:
-			return kerr.InvalidRequest, "InstanceId can't be null."
+			return nil, kerr.InvalidRequest, "InstanceId can't be null."
 		}
 	default:
-		return kerr.InvalidRequest, "MemberEpoch is invalid."
+		return nil, kerr.InvalidRequest, "MemberEpoch is invalid."
 	}
+	var re *subscriptionRegex
 	if req.SubscribedTopicRegex != nil && *req.SubscribedTopicRegex != "" {
-		if _, err := compileSubscriptionRegex(*req.SubscribedTopicRegex); err != nil {
-			return kerr.InvalidRegularExpression, err.Error()
+		var err error
+		if re, err = compileSubscriptionRegex(*req.SubscribedTopicRegex); err != nil {
+			return nil, kerr.InvalidRegularExpression, err.Error()
 		}
 	}
 	if a := req.ServerAssignor; a != nil && consumerAssignors[*a] == nil {
-		return kerr.UnsupportedAssignor, "ServerAssignor " + *a + " is not supported. Supported assignors: " + cgAssignorUniform + ", " + cgAssignorRange + "."
+		return nil, kerr.UnsupportedAssignor, "ServerAssignor " + *a + " is not supported. Supported assignors: " + cgAssignorUniform + ", " + cgAssignorRange + "."
 	}
-	return nil, ""
+	return re, nil, ""
 }

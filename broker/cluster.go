@@ -44,12 +44,19 @@ type Cluster struct {
 
 	faults faultHooks // test fault injection (faults.go)
 
+	// regexSem lets one background regex resolution run at a time
+	// (regex.go).
+	regexSem chan struct{}
+
 	// Everything below is owned by the run loop.
 	topics map[string]*topic
 	// topicsByNorm indexes topics by their name with '.' replaced by '_',
 	// so that CreateTopics finds a colliding name in O(1).
-	topicsByNorm    map[string]*topic
-	topicsByID      map[[16]byte]*topic
+	topicsByNorm map[string]*topic
+	topicsByID   map[[16]byte]*topic
+	// topicGen changes whenever a topic is created or deleted, so that
+	// regex subscriptions know when to resolve again.
+	topicGen        uint64
 	nextProducerID  int64
 	observers       map[int]func(node int32, req kmsg.Request)
 	nextObserverID  int
@@ -78,6 +85,10 @@ type loopStats struct {
 	fetchBytes    int64 // record bytes those answers carry (copied off the loop)
 	compactions   int   // coordinator log compactions
 	retentionRuns int   // retention checks of a partition
+	// regexLoopSteps is the regex matching done on the loop, priced as
+	// program instructions times name bytes (regex.go).
+	regexLoopSteps  int64
+	regexBackground int // regex resolutions sent to the background
 	// longestTurn is the longest the loop spent on one event (a request,
 	// an admin call, a slice of timers) and what it set off: how long one
 	// thing delayed every other client. Benchmarks report it.
@@ -108,6 +119,7 @@ func NewCluster(opts ...Opt) (*Cluster, error) {
 		cfg:             cfg,
 		logger:          cfg.logger,
 		reqCh:           make(chan *request),
+		regexSem:        make(chan struct{}, 1),
 		adminCh:         make(chan func()),
 		dying:           make(chan struct{}),
 		dead:            make(chan struct{}),

@@ -189,10 +189,10 @@ type consumerMember struct {
 	// assignor is the server assignor the member asked for; "" for none.
 	assignor string
 	// topics is the subscription by name, sorted; regex the subscription
-	// by regular expression (v1), and re its compiled form.
+	// by regular expression (v1), and re its compiled form and resolution.
 	topics []string
 	regex  *string
-	re     *regexp.Regexp
+	re     *subscriptionRegex
 
 	state     cgMemberState
 	epoch     int32
@@ -232,27 +232,69 @@ func (cg *consumerGroup) orderedMembers() []*consumerMember {
 	return out
 }
 
+// subscriptionRegex is a member's compiled regex subscription and the
+// topics it resolved to. A resolution reflects the topics of one topic
+// generation (Cluster.topicGen); a new generation makes the next heartbeat
+// resolve again, on the loop when that is cheap, else in the background
+// (regex.go), the member meanwhile keeping the topics of the last one.
+type subscriptionRegex struct {
+	re    *regexp.Regexp
+	insts int
+	// matched are the names the regex matched at topic generation gen,
+	// sorted; resolving is set while a background resolution runs.
+	matched   []string
+	gen       uint64
+	resolved  bool
+	resolving bool
+}
+
 // compileSubscriptionRegex compiles a subscription regex as Kafka matches
-// it: against the whole topic name. Go's RE2 syntax is what Kafka's RE2/J
-// accepts, but for constructs only one of them knows (docs/broker.md).
-func compileSubscriptionRegex(expr string) (*regexp.Regexp, error) {
-	re, err := regexp.Compile(`^(?:` + expr + `)$`)
+// it: against the whole topic name, within the broker's bounds (regex.go).
+// Go's RE2 syntax is what Kafka's RE2/J accepts, but for constructs only
+// one of them knows (docs/broker.md).
+func compileSubscriptionRegex(expr string) (*subscriptionRegex, error) {
+	re, insts, err := boundedRegex(expr)
 	if err != nil {
-		return nil, fmt.Errorf("invalid regular expression %q: %w", expr, err)
+		return nil, err
 	}
-	return re, nil
+	return &subscriptionRegex{re: re, insts: insts}, nil
+}
+
+// resolveSubscription brings a regex subscription up to the current
+// topics, unless it is already or a background resolution runs.
+func (c *Cluster) resolveSubscription(sr *subscriptionRegex) {
+	if sr == nil || sr.resolving || sr.resolved && sr.gen == c.topicGen {
+		return
+	}
+	names := make([]string, 0, len(c.topics))
+	for name := range c.topics {
+		names = append(names, name)
+	}
+	gen := c.topicGen
+	if cost := regexCost(sr.insts, names); cost <= regexSyncSteps {
+		c.stats.regexLoopSteps += cost
+		sr.matched, _ = matchNames(sr.re, names, nil)
+		sr.gen, sr.resolved = gen, true
+		return
+	}
+	sr.resolving = true
+	c.inBackground(func(stop <-chan struct{}) (any, bool) {
+		return matchNames(sr.re, names, stop)
+	}, func(res any) {
+		sr.matched, sr.gen, sr.resolved, sr.resolving = res.([]string), gen, true, false
+	})
 }
 
 // subscribedTopics returns the names of the topics the member subscribes
-// to: its names, and every topic (internal ones included, as on Kafka) its
-// regex matches.
+// to: its names, and every existing topic (internal ones included, as on
+// Kafka) its regex matched when last resolved.
 func (c *Cluster) subscribedTopics(m *consumerMember) []string {
 	if m.re == nil {
 		return m.topics
 	}
 	out := slices.Clone(m.topics)
-	for name := range c.topics {
-		if m.re.MatchString(name) && !slices.Contains(m.topics, name) {
+	for _, name := range m.re.matched {
+		if _, named := slices.BinarySearch(m.topics, name); !named && c.topics[name] != nil {
 			out = append(out, name)
 		}
 	}

@@ -26,7 +26,7 @@ func cgFail(err *kerr.Error, format string, args ...any) *cgHeartbeatError {
 
 // consumerHeartbeat serves a validated ConsumerGroupHeartbeat (see
 // 68_consumer_group_heartbeat.go) at the group's shard.
-func (g *groupCoordinator) consumerHeartbeat(st *groupShard, r *request, req *kmsg.ConsumerGroupHeartbeatRequest, now time.Time) (*kmsg.ConsumerGroupHeartbeatResponse, *cgHeartbeatError) {
+func (g *groupCoordinator) consumerHeartbeat(st *groupShard, r *request, req *kmsg.ConsumerGroupHeartbeatRequest, re *subscriptionRegex, now time.Time) (*kmsg.ConsumerGroupHeartbeatResponse, *cgHeartbeatError) {
 	if req.MemberEpoch == cgLeaveEpoch || req.MemberEpoch == cgStaticLeaveEpoch {
 		return g.consumerLeave(st, req, now)
 	}
@@ -45,7 +45,7 @@ func (g *groupCoordinator) consumerHeartbeat(st *groupShard, r *request, req *km
 	if ferr != nil {
 		return nil, ferr
 	}
-	bump := g.updateConsumerMember(m, r, req)
+	bump := g.updateConsumerMember(m, r, req, re)
 	if bump {
 		ch.touch(m.id)
 	}
@@ -55,6 +55,9 @@ func (g *groupCoordinator) consumerHeartbeat(st *groupShard, r *request, req *km
 	// at epoch 2, as on Kafka.
 	if bump {
 		cg.epoch++
+	}
+	for _, other := range cg.members {
+		g.c.resolveSubscription(other.re)
 	}
 	if md := g.c.consumerMetadata(cg); md != cg.metadata {
 		cg.metadata = md
@@ -204,7 +207,7 @@ func (g *groupCoordinator) staticConsumerMember(grp *classicGroup, req *kmsg.Con
 // (fields left null are unchanged) and reports whether its subscription
 // changed, which moves the group epoch. A new member's first subscription
 // counts as a change.
-func (g *groupCoordinator) updateConsumerMember(m *consumerMember, r *request, req *kmsg.ConsumerGroupHeartbeatRequest) bool {
+func (g *groupCoordinator) updateConsumerMember(m *consumerMember, r *request, req *kmsg.ConsumerGroupHeartbeatRequest, re *subscriptionRegex) bool {
 	changed := false
 	if req.InstanceID != nil {
 		m.instanceID = req.InstanceID
@@ -233,8 +236,7 @@ func (g *groupCoordinator) updateConsumerMember(m *consumerMember, r *request, r
 			changed = changed || m.regex != nil
 			m.regex, m.re = nil, nil
 		case m.regex == nil || *m.regex != *req.SubscribedTopicRegex:
-			// Validated by the handler, so this compiles.
-			re, _ := compileSubscriptionRegex(*req.SubscribedTopicRegex)
+			// Compiled by the handler (validateConsumerHeartbeat).
 			expr := *req.SubscribedTopicRegex
 			m.regex, m.re = &expr, re
 			changed = true

@@ -207,7 +207,7 @@ func decodeConsumerMember(id string, value []byte, now time.Time) (*consumerMemb
 		if err != nil {
 			return nil, nil, err
 		}
-		m.re = re
+		m.re = re // resolved at the group's next heartbeat
 	}
 	if m.state == cgUnrevoked {
 		m.revokeBy = now.Add(m.rebalanceTimeout)

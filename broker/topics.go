@@ -66,6 +66,7 @@ func (c *Cluster) createTopic(name string, partitions int32, configs map[string]
 	}
 	c.setConfigs(t, configs)
 	c.topics[name] = t
+	c.topicGen++
 	c.topicsByNorm[normalizedTopicName(name)] = t
 	c.topicsByID[t.id] = t
 	return t
@@ -79,6 +80,7 @@ func (c *Cluster) createInternalTopics() {
 
 func (c *Cluster) deleteTopic(t *topic) {
 	delete(c.topics, t.name)
+	c.topicGen++
 	delete(c.topicsByID, t.id)
 	if c.topicsByNorm[normalizedTopicName(t.name)] == t {
 		delete(c.topicsByNorm, normalizedTopicName(t.name))
