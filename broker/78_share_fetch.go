@@ -17,7 +17,9 @@ package broker
 //     SHARE_SESSION_NOT_FOUND); -1 applies the piggybacked acknowledgements
 //     and closes the session, releasing what the member holds there.
 //   - Topics add partitions to the session, ForgottenTopicsData removes
-//     them.
+//     them. A partition that does not exist is answered UNKNOWN_TOPIC_ID
+//     (unknown topic id) or UNKNOWN_TOPIC_OR_PARTITION in that answer and
+//     not added, so a session holds at most the cluster's partitions.
 //   - Piggybacked acknowledgements (GAP, ACCEPT, RELEASE, REJECT; RENEW with
 //     v2's IsRenewAck) are applied first, all or nothing per partition, with
 //     the outcome in AcknowledgeErrorCode (offsets before the start offset
@@ -39,6 +41,10 @@ package broker
 //   - A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER
 //     with the current leader and its endpoint.
 //
+// Cost:
+//   - O(1) per partition named (the answer's entries are indexed by
+//     partition), plus O(S log S) for a session of S partitions per fetch.
+//
 // Skipped:
 //   - BatchSize and ShareAcquireMode (acquisition never exceeds MaxRecords,
 //     which both modes allow);
@@ -55,6 +61,18 @@ import (
 
 func init() { registerAPI(apiSpec{key: 78, min: 1, max: 2, handle: handleShareFetch}) }
 
+// hasShareFetchError reports whether an answer has a partition error.
+func hasShareFetchError(resp *kmsg.ShareFetchResponse) bool {
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.ErrorCode != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	req := r.kreq.(*kmsg.ShareFetchRequest)
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
@@ -67,9 +85,23 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 		return resp, nil
 	}
 	group, member, s := call.group, call.member, call.session
+	ans := &shareFetchAnswer{ShareFetchResponse: resp}
 	for _, rt := range req.Topics {
+		t := c.topicsByID[rt.TopicID]
 		for _, rp := range rt.Partitions {
-			s.parts[shareTP{topicID: rt.TopicID, partition: rp.Partition}] = struct{}{}
+			tp := shareTP{topicID: rt.TopicID, partition: rp.Partition}
+			// A partition that does not exist is answered and not kept:
+			// the session holds only partitions it can serve, so that
+			// its size (and every later fetch's work) is bounded by the
+			// cluster's partitions, not by what requests name.
+			switch {
+			case t == nil:
+				ans.partition(tp).ErrorCode = kerr.UnknownTopicID.Code
+			case rp.Partition < 0 || int(rp.Partition) >= len(t.partitions):
+				ans.partition(tp).ErrorCode = kerr.UnknownTopicOrPartition.Code
+			default:
+				s.parts[tp] = struct{}{}
+			}
 		}
 	}
 	renew := req.Version >= 2 && req.IsRenewAck
@@ -79,7 +111,7 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 				continue
 			}
 			tp := shareTP{topicID: rt.TopicID, partition: rp.Partition}
-			out := shareFetchPartitionResp(resp, tp)
+			out := ans.partition(tp)
 			if req.ShareSessionEpoch == 0 {
 				out.AcknowledgeErrorCode = kerr.InvalidShareSessionEpoch.Code
 				continue
@@ -106,6 +138,7 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	if renew {
 		return resp, nil
 	}
+	errs := len(resp.Topics) > 0 && hasShareFetchError(resp)
 	lim := shareFetchLimits{maxRecords: int(req.MaxRecords), maxBytes: int(req.MaxBytes)}
 	if lim.maxRecords <= 0 {
 		lim.maxRecords = int(c.cfg.shareMaxFetchRecords)
@@ -113,9 +146,8 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	if lim.maxBytes <= 0 || lim.maxBytes > int(c.cfg.fetchMaxBytes) {
 		lim.maxBytes = int(c.cfg.fetchMaxBytes)
 	}
-	ans := &shareFetchAnswer{ShareFetchResponse: resp}
-	n, errs := sc.fetchInto(r.node.id, s, lim, ans, now)
-	if n > 0 || errs || req.MaxWaitMillis <= 0 {
+	n, fetchErrs := sc.fetchInto(r.node.id, s, lim, ans, now)
+	if n > 0 || errs || fetchErrs || req.MaxWaitMillis <= 0 {
 		return ans, nil
 	}
 	sc.park(r, s, ans, lim, c.longPoll(req.MaxWaitMillis), now)

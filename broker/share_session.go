@@ -238,6 +238,9 @@ func (sc *shareCoordinator) acquireLimits(group string, lim shareFetchLimits) ac
 type shareFetchAnswer struct {
 	*kmsg.ShareFetchResponse
 	fills []shareFetchFill
+	// topicIndex and partIndex locate the answer's entries (partition).
+	topicIndex map[[16]byte]int
+	partIndex  map[shareTP]int
 }
 
 type shareFetchFill struct {
@@ -248,7 +251,7 @@ type shareFetchFill struct {
 // prepare copies the batches into the answer; it runs off the loop.
 func (a *shareFetchAnswer) prepare() kmsg.Response {
 	for _, f := range a.fills {
-		rp := shareFetchPartitionResp(a.ShareFetchResponse, f.tp)
+		rp := a.partition(f.tp)
 		for _, b := range f.batches {
 			rp.Records = append(rp.Records, b.raw...)
 		}
@@ -284,7 +287,7 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 			sp, perr = sc.livePartition(shareKey{group: group, topicID: tp.topicID, partition: tp.partition}, p, node, now)
 		}
 		if perr != nil {
-			rp := shareFetchPartitionResp(resp, tp)
+			rp := ans.partition(tp)
 			if rp.ErrorCode == 0 {
 				rp.ErrorCode = perr.Code
 				if perr == kerr.NotLeaderForPartition {
@@ -304,7 +307,7 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 		if len(ranges) == 0 {
 			continue
 		}
-		rp := shareFetchPartitionResp(resp, tp)
+		rp := ans.partition(tp)
 		for _, b := range batches {
 			bytes += len(b.raw)
 		}
@@ -317,31 +320,39 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 	return total, errs
 }
 
-// shareFetchPartitionResp returns resp's entry for tp, adding it if absent.
-func shareFetchPartitionResp(resp *kmsg.ShareFetchResponse, tp shareTP) *kmsg.ShareFetchResponseTopicPartition {
-	ti := -1
-	for i := range resp.Topics {
-		if resp.Topics[i].TopicID == tp.topicID {
-			ti = i
-			break
+// partition returns the answer's entry for tp, adding it if absent. The
+// entries are indexed: an answer may name every partition of a session,
+// and a scan per partition made building it quadratic (a ShareFetch of
+// 80,000 partitions once stopped the loop for seconds).
+func (a *shareFetchAnswer) partition(tp shareTP) *kmsg.ShareFetchResponseTopicPartition {
+	resp := a.ShareFetchResponse
+	if a.topicIndex == nil {
+		a.topicIndex = make(map[[16]byte]int)
+		a.partIndex = make(map[shareTP]int)
+		for ti, rt := range resp.Topics {
+			a.topicIndex[rt.TopicID] = ti
+			for pi, rp := range rt.Partitions {
+				a.partIndex[shareTP{topicID: rt.TopicID, partition: rp.Partition}] = pi
+			}
 		}
 	}
-	if ti < 0 {
+	ti, ok := a.topicIndex[tp.topicID]
+	if !ok {
 		rt := kmsg.NewShareFetchResponseTopic()
 		rt.TopicID = tp.topicID
 		resp.Topics = append(resp.Topics, rt)
 		ti = len(resp.Topics) - 1
+		a.topicIndex[tp.topicID] = ti
 	}
 	rt := &resp.Topics[ti]
-	for i := range rt.Partitions {
-		if rt.Partitions[i].Partition == tp.partition {
-			return &rt.Partitions[i]
-		}
+	if pi, ok := a.partIndex[tp]; ok {
+		return &rt.Partitions[pi]
 	}
 	rp := kmsg.NewShareFetchResponseTopicPartition()
 	rp.Partition = tp.partition
 	rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = -1, -1
 	rt.Partitions = append(rt.Partitions, rp)
+	a.partIndex[tp] = len(rt.Partitions) - 1
 	return &rt.Partitions[len(rt.Partitions)-1]
 }
 
