@@ -89,6 +89,9 @@ type loopStats struct {
 	// program instructions times name bytes (regex.go).
 	regexLoopSteps  int64
 	regexBackground int // regex resolutions sent to the background
+	// shareInitsMaxTurn is the most share-partition states one turn
+	// initialized (share_group.go).
+	shareInitsMaxTurn int
 	// longestTurn is the longest the loop spent on one event (a request,
 	// an admin call, a slice of timers) and what it set off: how long one
 	// thing delayed every other client. Benchmarks report it.

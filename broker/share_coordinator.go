@@ -39,6 +39,9 @@ type shareCoordinator struct {
 	liveByGroup     map[string]map[shareKey]*sharePartition
 	liveByPartition map[*partition]map[shareKey]*sharePartition
 	sessions        map[shareSessionKey]*shareSession
+	// initJobs are the groups whose assigned share-partitions are being
+	// initialized a slice per turn (initAssigned).
+	initJobs map[string]*shareInitJob
 }
 
 // newShareCoordinator loads every __share_group_state partition at its
@@ -55,6 +58,7 @@ func newShareCoordinator(c *Cluster) *shareCoordinator {
 		liveByGroup:     make(map[string]map[shareKey]*sharePartition),
 		liveByPartition: make(map[*partition]map[shareKey]*sharePartition),
 		sessions:        make(map[shareSessionKey]*shareSession),
+		initJobs:        make(map[string]*shareInitJob),
 	}
 	sc.states = newShards(c, wire.ShareGroupStateTopic, shardHooks[*shareStateShard]{load: sc.loadShareState})
 	c.onLeaderChange(sc.leaderChanged)

@@ -219,28 +219,78 @@ func (g *shareGroup) catchUp(m *shareMember) {
 	}
 }
 
+// shareInitsPerTurn bounds the share-partitions whose state one turn of
+// the loop initializes (each writes a __share_group_state record), and
+// shareInitChecksPerTurn the assigned partitions one turn looks at: a
+// member subscribing to 20 topics of 10,000 partitions once stopped the
+// loop for 8 s initializing all 200,000 at once.
+const (
+	shareInitsPerTurn      = 250
+	shareInitChecksPerTurn = 20000
+)
+
+// shareInitJob is the share-partitions of a group still to initialize.
+type shareInitJob struct {
+	keys []shareKey
+	next int
+}
+
 // initAssigned initializes the share state of newly assigned partitions,
 // as Kafka's group coordinator does when it first assigns them, so that
-// share.auto.offset.reset=latest starts where the group began reading.
+// share.auto.offset.reset=latest starts where the group began reading. It
+// does a bounded slice now and the rest in later turns of the loop (Kafka
+// also initializes them asynchronously); a fetch that comes first
+// initializes its own partition (livePartition). A newer assignment of the
+// same group replaces the work still pending.
 func (sc *shareCoordinator) initAssigned(group string, assignment []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition, now time.Time) {
+	job := &shareInitJob{}
 	for _, tp := range assignment {
-		t := sc.c.topicsByID[tp.TopicID]
-		if t == nil {
-			continue
-		}
 		for _, i := range tp.Partitions {
-			key := shareKey{group: group, topicID: t.id, partition: i}
-			switch err := sc.initState(key, t.partitions[i], now); err {
-			case nil:
-			case kerr.OffsetNotAvailable:
-				// by_duration found no record recent enough; every
-				// fetch tries again, as on Kafka.
-				sc.c.logger.Debug("share state not initialized yet", "key", key.String(), "err", err)
-			default:
-				sc.c.logger.Warn("share state not initialized", "key", key.String(), "err", err)
-			}
+			job.keys = append(job.keys, shareKey{group: group, topicID: tp.TopicID, partition: i})
 		}
 	}
+	_, pending := sc.initJobs[group]
+	sc.initJobs[group] = job
+	if !pending {
+		sc.initSlice(group, now)
+	}
+}
+
+// initSlice does one turn's share of group's pending initializations and
+// schedules the next turn when some remain.
+func (sc *shareCoordinator) initSlice(group string, now time.Time) {
+	job := sc.initJobs[group]
+	if job == nil {
+		return
+	}
+	inits := 0
+	for checks := 0; job.next < len(job.keys) && inits < shareInitsPerTurn && checks < shareInitChecksPerTurn; checks++ {
+		key := job.keys[job.next]
+		job.next++
+		t := sc.c.topicsByID[key.topicID]
+		if t == nil || int(key.partition) >= len(t.partitions) || sc.groups[group] == nil {
+			continue
+		}
+		if sh, err := sc.stateShard(key); err == nil && sh.state.parts[key] != nil {
+			continue
+		}
+		inits++
+		switch err := sc.initState(key, t.partitions[key.partition], now); err {
+		case nil:
+		case kerr.OffsetNotAvailable:
+			// by_duration found no record recent enough; every
+			// fetch tries again, as on Kafka.
+			sc.c.logger.Debug("share state not initialized yet", "key", key.String(), "err", err)
+		default:
+			sc.c.logger.Warn("share state not initialized", "key", key.String(), "err", err)
+		}
+	}
+	sc.c.stats.shareInitsMaxTurn = max(sc.c.stats.shareInitsMaxTurn, inits)
+	if job.next >= len(job.keys) {
+		delete(sc.initJobs, group)
+		return
+	}
+	sc.c.after(0, func() { sc.initSlice(group, time.Now()) })
 }
 
 // removeMember takes a member out of its group, releases every record it

@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -63,5 +65,59 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 	resp = txnWire(t, c, 0, next).(*kmsg.ShareFetchResponse)
 	require.Zero(t, resp.ErrorCode)
 	require.Empty(t, resp.Topics)
+	require.Equal(t, 0, c.handlerPanics)
+}
+
+// TestShareGroupJoinInitializesInSlices: a member joining a share group
+// over 20,000 partitions gets them all assigned at once, but their share
+// state is initialized a bounded slice per turn of the loop (it once was
+// all in the heartbeat's turn: 8 s for 200,000), and all of it is there
+// in the end.
+func TestShareGroupJoinInitializesInSlices(t *testing.T) {
+	c := newTestCluster(t, Nodes(1))
+	var names []string
+	for i := 0; i < 2; i++ {
+		names = append(names, fmt.Sprintf("wide-%d", i))
+		createTopic(t, c, names[i], 10000)
+	}
+	req := kmsg.NewPtrShareGroupHeartbeatRequest()
+	req.Version = 1
+	req.GroupID, req.MemberID, req.MemberEpoch = "sg-wide", "member-a", 0
+	req.SubscribedTopicNames = names
+	resp := txnWire(t, c, 0, req).(*kmsg.ShareGroupHeartbeatResponse)
+	require.Zero(t, resp.ErrorCode)
+	assigned := 0
+	for _, tp := range resp.Assignment.TopicPartitions {
+		assigned += len(tp.Partitions)
+	}
+	require.Equal(t, 20000, assigned)
+
+	// The deadline is only a hang guard.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var pending bool
+		require.NoError(t, c.do(func() { pending = len(c.coordinators.share.initJobs) > 0 }))
+		if !pending {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the initialization never finished")
+		time.Sleep(20 * time.Millisecond)
+	}
+	var initialized, maxTurn int
+	require.NoError(t, c.do(func() {
+		sc := c.coordinators.share
+		maxTurn = c.stats.shareInitsMaxTurn
+		for _, name := range names {
+			for p := int32(0); p < 10000; p++ {
+				key := shareKey{group: "sg-wide", topicID: c.topics[name].id, partition: p}
+				if sh, err := sc.stateShard(key); err == nil && sh.state.parts[key] != nil {
+					initialized++
+				}
+			}
+		}
+	}))
+	require.Equal(t, 20000, initialized)
+	require.LessOrEqual(t, maxTurn, 1000, "one turn initialized more than a slice")
+	require.Equal(t, shareInitsPerTurn, maxTurn)
 	require.Equal(t, 0, c.handlerPanics)
 }
