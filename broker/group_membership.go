@@ -100,7 +100,10 @@ type groupMember struct {
 	// protocols, built on first use, so that choosing the group's protocol
 	// costs O(total protocols), not a scan per name (a JoinGroup under 1
 	// MiB may name 80,000 protocols).
-	protocolIndex   map[string]int
+	protocolIndex map[string]int
+	// protocolSteps counts index entries built and lookups: the work the
+	// tests bound.
+	protocolSteps   int
 	assignment      []byte
 	sessionDeadline time.Time
 	// joinSeq orders members by when they joined: the earliest remaining
@@ -149,7 +152,9 @@ func (m *groupMember) answerSync(resp *kmsg.SyncGroupResponse) {
 
 // protocolPos returns where protocol is in the member's protocols.
 func (m *groupMember) protocolPos(protocol string) (int, bool) {
+	m.protocolSteps++
 	if m.protocolIndex == nil {
+		m.protocolSteps += len(m.protocols)
 		m.protocolIndex = make(map[string]int, len(m.protocols))
 		for i, p := range m.protocols {
 			if _, dup := m.protocolIndex[p.Name]; !dup {
