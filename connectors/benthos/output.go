@@ -617,13 +617,15 @@ func (o *txnOutput) Close(ctx context.Context) error {
 	return nil
 }
 
-// beforeCommit is where tests hold a transaction open or kill the process
-// in the middle of one; nil in a real run.
-var beforeCommitHook func(ctx context.Context) error
+// beforeCommitHook is where tests hold a transaction open or kill the
+// process in the middle of one; unset in a real run. It is atomic because
+// a test swaps it while the goroutines of a pipeline it abandoned (a
+// simulated kill) may still be committing.
+var beforeCommitHook atomic.Pointer[func(ctx context.Context) error]
 
 func beforeCommit(ctx context.Context) error {
-	if h := beforeCommitHook; h != nil {
-		return h(ctx)
+	if h := beforeCommitHook.Load(); h != nil {
+		return (*h)(ctx)
 	}
 	return nil
 }
