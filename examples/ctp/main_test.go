@@ -87,11 +87,15 @@ func TestJSONReport(t *testing.T) {
 }
 
 // TestMaxDurationIsIncomplete: a run stopped by -max-duration reports what
-// it processed, with verdict INCOMPLETE and exit 3.
+// it processed, with verdict INCOMPLETE and exit 3. The limit counts the
+// set-up and the input write too, so on a slow machine the stop may come
+// before the pipeline runs ("while setting up"); either way the verdict is
+// the same. 50,000 inputs whose transactions each wait 100 ms cannot be
+// done in 2 s by 4 workers.
 func TestMaxDurationIsIncomplete(t *testing.T) {
 	code, stdout, _ := runCtp(t, "-records", "50000", "-txn-size", "100", "-txn-hold", "100ms", "-faults=false", "-max-duration", "2s")
 	require.Equal(t, eos.ExitIncomplete, code)
-	require.Contains(t, stdout, "exactly-once: INCOMPLETE (stopped by max duration 2s after ")
+	require.Contains(t, stdout, "exactly-once: INCOMPLETE (stopped by max duration 2s ")
 	require.Contains(t, stdout, "none lost or duplicated so far")
 	require.Contains(t, stdout, "stopped by")
 	require.NotContains(t, stdout, "FAILED")
