@@ -6,14 +6,19 @@
 //
 //	kshare-broker ready bootstrap=HOST:PORT[,HOST:PORT...]
 //
-// and logs go to stderr. SIGINT or SIGTERM stops it cleanly. The debug
-// switches reproduce upstream faults for tests and are off by default.
+// and logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit 0), as
+// -h does after printing the flags. A command line it refuses (an unknown
+// flag, a bad value, a stray argument) or a cluster that cannot start (a
+// port in use) exits 2 with the reason on stderr. The debug switches
+// reproduce upstream faults for tests and are off by default.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -27,108 +32,170 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "kshare-broker:", err)
-		os.Exit(1)
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string) error {
+// Exit codes of the command.
+const (
+	exitOK    = 0 // stopped by a signal, or -h
+	exitUsage = 2 // refused command line, or a cluster that cannot start
+)
+
+// run runs the command with args until ctx ends, printing the ready line
+// on stdout and everything else on stderr, and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts, logger, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "kshare-broker:", err)
+		return exitUsage
+	}
+	c, err := broker.NewCluster(opts...)
+	if err != nil {
+		fmt.Fprintln(stderr, "kshare-broker:", err)
+		return exitUsage
+	}
+	defer c.Close()
+	fmt.Fprintf(stdout, "kshare-broker ready bootstrap=%s\n", strings.Join(c.Bootstrap(), ","))
+	<-ctx.Done()
+	logger.Info("signal received, stopping")
+	return exitOK
+}
+
+// parse reads the command line into the cluster's options and its logger
+// (on stderr). The flag package reports a flag it cannot parse on stderr
+// itself, and -h prints the flags there; the error is then flag.ErrHelp.
+func parse(args []string, stderr io.Writer) ([]broker.Opt, *slog.Logger, error) {
+	fs, flags := newFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, nil, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
+	}
+	return flags.options(stderr)
+}
+
+// flagValues holds what newFlagSet's flags parse to.
+type flagValues struct {
+	nodes, port, txnParts, offsetParts, shareParts, maxFrame, fetchMax, maxConns *int
+	host, logLevel, oldNodes                                                     *string
+	shareTxn, legacyMarkers                                                      *bool
+	maxBytes                                                                     *int64
+	txnExpiry, offsetsRetention, producerExpiry, retentionCheck                  *time.Duration
+	readTimeout, idleTimeout, staleCoord, lateMarkers, cgSession, cgHeartbeat    *time.Duration
+	groupDefaults                                                                []broker.Opt
+}
+
+// newFlagSet defines the command's flags on a flag set that reports to
+// stderr.
+func newFlagSet(stderr io.Writer) (*flag.FlagSet, *flagValues) {
 	fs := flag.NewFlagSet("kshare-broker", flag.ContinueOnError)
-	nodes := fs.Int("nodes", 1, "number of nodes")
-	port := fs.Int("port", 0, "port of the first node; the others take the next ports (0 = any free ports)")
-	host := fs.String("host", "127.0.0.1", "address to listen on")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	shareTxn := fs.Bool("share-txn-apis", true, "serve the KIP-1289 APIs (AddShareAcksToTxn, TxnShareAcknowledge) and share.version=3")
-	txnParts := fs.Int("txn-state-partitions", 6, "partitions of __transaction_state")
-	offsetParts := fs.Int("offsets-partitions", 6, "partitions of __consumer_offsets")
-	shareParts := fs.Int("share-state-partitions", 6, "partitions of __share_group_state")
-	maxFrame := fs.Int("max-frame-bytes", 100<<20, "largest request frame accepted")
-	maxBytes := fs.Int64("max-bytes", 0, "memory budget for stored records, in bytes; past it produce is refused with POLICY_VIOLATION (0 = none)")
-	fetchMax := fs.Int("fetch-max-bytes", 55<<20, "largest Fetch or ShareFetch answer, in record bytes (Kafka's fetch.max.bytes)")
-	txnExpiry := fs.Duration("transactional-id-expiration", 7*24*time.Hour, "forget transactional ids idle this long (Kafka's transactional.id.expiration.ms)")
-	offsetsRetention := fs.Duration("offsets-retention", 7*24*time.Hour, "expire committed offsets of empty groups this long after (Kafka's offsets.retention.minutes)")
-	producerExpiry := fs.Duration("producer-id-expiration", 24*time.Hour, "forget a partition's idle producer state after this long (Kafka's producer.id.expiration.ms)")
-	retentionCheck := fs.Duration("retention-check-interval", 5*time.Minute, "enforce retention.ms and retention.bytes at most this often per partition (Kafka's log.retention.check.interval.ms)")
-	readTimeout := fs.Duration("read-timeout", 30*time.Second, "close a connection whose request does not fully arrive within this")
-	idleTimeout := fs.Duration("connections-max-idle", 10*time.Minute, "close connections idle this long (Kafka's connections.max.idle.ms)")
-	maxConns := fs.Int("max-connections", 0, "close new connections past this many open ones (0 = no limit)")
-	legacyMarkers := fs.Bool("legacy-marker-validation", false, "debug: check TV2 markers with the legacy rule (the gap KIP-1228 closes)")
-	staleCoord := fs.Duration("legacy-stale-coordinator", 0, "debug: after a coordinator move the old coordinator answers from its cache for this long (KAFKA-21181)")
-	lateMarkers := fs.Duration("late-marker-copies", 0, "debug: send every transaction marker once more after this delay")
-	cgSession := fs.Duration("consumer-session-timeout", 45*time.Second, "default session timeout of KIP-848 consumer groups")
-	oldNodes := fs.String("old-nodes", "", "comma-separated node ids that behave like brokers before KIP-1228: WriteTxnMarkers up to v1, every marker checked with the legacy rule (a cluster mid-upgrade)")
-	cgHeartbeat := fs.Duration("consumer-heartbeat-interval", 5*time.Second, "default heartbeat interval of KIP-848 consumer group members")
-	var groupDefaults []broker.Opt
+	fs.SetOutput(stderr)
+	v := &flagValues{}
+	v.nodes = fs.Int("nodes", 1, "number of nodes, at least 1")
+	v.port = fs.Int("port", 0, "port of the first node; the others take the next ports (0 = any free ports)")
+	v.host = fs.String("host", "127.0.0.1", "address to listen on")
+	v.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	v.shareTxn = fs.Bool("share-txn-apis", true, "serve the KIP-1289 APIs (AddShareAcksToTxn, TxnShareAcknowledge) and share.version=3")
+	v.txnParts = fs.Int("txn-state-partitions", 6, "partitions of __transaction_state")
+	v.offsetParts = fs.Int("offsets-partitions", 6, "partitions of __consumer_offsets")
+	v.shareParts = fs.Int("share-state-partitions", 6, "partitions of __share_group_state")
+	v.maxFrame = fs.Int("max-frame-bytes", 100<<20, "largest request frame accepted")
+	v.maxBytes = fs.Int64("max-bytes", 0, "memory budget for stored records, in bytes; past it produce is refused with POLICY_VIOLATION (0 = none)")
+	v.fetchMax = fs.Int("fetch-max-bytes", 55<<20, "largest Fetch or ShareFetch answer, in record bytes (Kafka's fetch.max.bytes)")
+	v.txnExpiry = fs.Duration("transactional-id-expiration", 7*24*time.Hour, "forget transactional ids idle this long (Kafka's transactional.id.expiration.ms)")
+	v.offsetsRetention = fs.Duration("offsets-retention", 7*24*time.Hour, "expire committed offsets of empty groups this long after (Kafka's offsets.retention.minutes)")
+	v.producerExpiry = fs.Duration("producer-id-expiration", 24*time.Hour, "forget a partition's idle producer state after this long (Kafka's producer.id.expiration.ms)")
+	v.retentionCheck = fs.Duration("retention-check-interval", 5*time.Minute, "enforce retention.ms and retention.bytes at most this often per partition (Kafka's log.retention.check.interval.ms)")
+	v.readTimeout = fs.Duration("read-timeout", 30*time.Second, "close a connection whose request does not fully arrive within this")
+	v.idleTimeout = fs.Duration("connections-max-idle", 10*time.Minute, "close connections idle this long (Kafka's connections.max.idle.ms)")
+	v.maxConns = fs.Int("max-connections", 0, "close new connections past this many open ones (0 = no limit)")
+	v.legacyMarkers = fs.Bool("legacy-marker-validation", false, "debug: check TV2 markers with the legacy rule (the gap KIP-1228 closes)")
+	v.staleCoord = fs.Duration("legacy-stale-coordinator", 0, "debug: after a coordinator move the old coordinator answers from its cache for this long (KAFKA-21181)")
+	v.lateMarkers = fs.Duration("late-marker-copies", 0, "debug: send every transaction marker once more after this delay")
+	v.cgSession = fs.Duration("consumer-session-timeout", 45*time.Second, "default session timeout of KIP-848 consumer groups")
+	v.oldNodes = fs.String("old-nodes", "", "comma-separated node ids that behave like brokers before KIP-1228: WriteTxnMarkers up to v1, every marker checked with the legacy rule (a cluster mid-upgrade)")
+	v.cgHeartbeat = fs.Duration("consumer-heartbeat-interval", 5*time.Second, "default heartbeat interval of KIP-848 consumer group members")
 	fs.Func("group-config", "NAME=VALUE: the default of a group config for every group that does not set its own, e.g. share.auto.offset.reset=earliest (repeatable)", func(s string) error {
 		name, value, ok := strings.Cut(s, "=")
 		if !ok || name == "" {
 			return fmt.Errorf("%q is not NAME=VALUE", s)
 		}
-		groupDefaults = append(groupDefaults, broker.GroupConfigDefault(name, value))
+		v.groupDefaults = append(v.groupDefaults, broker.GroupConfigDefault(name, value))
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	return fs, v
+}
+
+// options checks the values that the broker package cannot see whole (an
+// int flag past int32 would be cut short on the way) and returns the
+// cluster's options; the broker package checks the rest when the cluster
+// starts.
+func (v *flagValues) options(stderr io.Writer) ([]broker.Opt, *slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("-log-level %q: %w", *logLevel, err)
+	if err := level.UnmarshalText([]byte(*v.logLevel)); err != nil {
+		return nil, nil, fmt.Errorf("-log-level %q: %w", *v.logLevel, err)
 	}
-	if *fetchMax < 1 || *fetchMax > math.MaxInt32 || *maxFrame < 0 || *maxFrame > math.MaxInt32 {
-		return fmt.Errorf("-fetch-max-bytes %d and -max-frame-bytes %d must be in 1..%d", *fetchMax, *maxFrame, math.MaxInt32)
+	if *v.fetchMax < 1 || *v.fetchMax > math.MaxInt32 || *v.maxFrame < 0 || *v.maxFrame > math.MaxInt32 {
+		return nil, nil, fmt.Errorf("-fetch-max-bytes %d and -max-frame-bytes %d must be in 1..%d", *v.fetchMax, *v.maxFrame, math.MaxInt32)
 	}
-	if *port < 0 || *port+*nodes-1 > 65535 {
-		return fmt.Errorf("-port %d with %d nodes is out of range", *port, *nodes)
+	if *v.nodes < 1 || *v.nodes > math.MaxUint16 {
+		return nil, nil, fmt.Errorf("-nodes %d: must be in 1..%d", *v.nodes, math.MaxUint16)
 	}
-	old, err := parseNodeIDs(*oldNodes)
-	if err != nil {
-		return fmt.Errorf("-old-nodes %q: %w", *oldNodes, err)
-	}
-	ports := make([]int, *nodes)
-	if *port != 0 {
-		for i := range ports {
-			ports[i] = *port + i
+	for _, p := range []struct {
+		name string
+		n    int
+	}{{"txn-state-partitions", *v.txnParts}, {"offsets-partitions", *v.offsetParts}, {"share-state-partitions", *v.shareParts}} {
+		if p.n < 1 || p.n > math.MaxInt32 {
+			return nil, nil, fmt.Errorf("-%s %d: must be in 1..%d", p.name, p.n, math.MaxInt32)
 		}
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	c, err := broker.NewCluster(append([]broker.Opt{
-		broker.Nodes(*nodes),
-		broker.Ports(ports...),
-		broker.Host(*host),
-		broker.Logger(logger),
-		broker.ShareTxnAPIs(*shareTxn),
-		broker.TxnStatePartitions(int32(*txnParts)),
-		broker.ConsumerOffsetsPartitions(int32(*offsetParts)),
-		broker.ShareStatePartitions(int32(*shareParts)),
-		broker.MaxFrameBytes(int32(*maxFrame)),
-		broker.MaxBytes(*maxBytes),
-		broker.FetchMaxBytes(int32(*fetchMax)),
-		broker.TransactionalIDExpiration(*txnExpiry),
-		broker.OffsetsRetention(*offsetsRetention),
-		broker.ProducerIDExpiration(*producerExpiry),
-		broker.RetentionCheckInterval(*retentionCheck),
-		broker.ReadTimeout(*readTimeout),
-		broker.ConnectionsMaxIdle(*idleTimeout),
-		broker.MaxConnections(*maxConns),
-		broker.LegacyMarkerValidation(*legacyMarkers),
-		broker.LegacyStaleCoordinator(*staleCoord),
-		broker.LateMarkerCopies(*lateMarkers),
-		broker.ConsumerGroupSessionTimeout(*cgSession),
-		broker.ConsumerGroupHeartbeatInterval(*cgHeartbeat),
-		broker.OldNodes(old...),
-	}, groupDefaults...)...)
-	if err != nil {
-		return err
+	if *v.port < 0 || *v.port+*v.nodes-1 > 65535 {
+		return nil, nil, fmt.Errorf("-port %d with %d nodes is out of range", *v.port, *v.nodes)
 	}
-	defer c.Close()
-	fmt.Printf("kshare-broker ready bootstrap=%s\n", strings.Join(c.Bootstrap(), ","))
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	logger.Info("signal received, stopping")
-	return nil
+	old, err := parseNodeIDs(*v.oldNodes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-old-nodes %q: %w", *v.oldNodes, err)
+	}
+	ports := make([]int, *v.nodes)
+	if *v.port != 0 {
+		for i := range ports {
+			ports[i] = *v.port + i
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return append([]broker.Opt{
+		broker.Nodes(*v.nodes),
+		broker.Ports(ports...),
+		broker.Host(*v.host),
+		broker.Logger(logger),
+		broker.ShareTxnAPIs(*v.shareTxn),
+		broker.TxnStatePartitions(int32(*v.txnParts)),
+		broker.ConsumerOffsetsPartitions(int32(*v.offsetParts)),
+		broker.ShareStatePartitions(int32(*v.shareParts)),
+		broker.MaxFrameBytes(int32(*v.maxFrame)),
+		broker.MaxBytes(*v.maxBytes),
+		broker.FetchMaxBytes(int32(*v.fetchMax)),
+		broker.TransactionalIDExpiration(*v.txnExpiry),
+		broker.OffsetsRetention(*v.offsetsRetention),
+		broker.ProducerIDExpiration(*v.producerExpiry),
+		broker.RetentionCheckInterval(*v.retentionCheck),
+		broker.ReadTimeout(*v.readTimeout),
+		broker.ConnectionsMaxIdle(*v.idleTimeout),
+		broker.MaxConnections(*v.maxConns),
+		broker.LegacyMarkerValidation(*v.legacyMarkers),
+		broker.LegacyStaleCoordinator(*v.staleCoord),
+		broker.LateMarkerCopies(*v.lateMarkers),
+		broker.ConsumerGroupSessionTimeout(*v.cgSession),
+		broker.ConsumerGroupHeartbeatInterval(*v.cgHeartbeat),
+		broker.OldNodes(old...),
+	}, v.groupDefaults...), logger, nil
 }
 
 // parseNodeIDs parses a comma-separated list of node ids; "" is none.

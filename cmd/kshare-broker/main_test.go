@@ -2,8 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"flag"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -60,29 +64,89 @@ func TestReadyLineServeAndStop(t *testing.T) {
 	require.NoError(t, cmd.Wait(), "exit status after SIGTERM")
 }
 
+// runBroker runs the command in this process with args and a context
+// that is already cancelled, so that a command line it accepts starts the
+// cluster, prints the ready line and stops at once. It returns the exit
+// code, stdout and stderr.
+func runBroker(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	code = run(ctx, args, &out, &errOut)
+	t.Logf("kshare-broker %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out.String(), errOut.String())
+	return code, out.String(), errOut.String()
+}
+
+// TestBadFlagsFail: every command line the broker refuses exits 2 (the
+// flag package's convention, as the examples do) before the cluster
+// starts, with a message naming the flag; none panics. A stray argument
+// and a partition count past int32 are refused rather than ignored or
+// cut short.
 func TestBadFlagsFail(t *testing.T) {
-	bin := buildBroker(t)
-	for _, args := range [][]string{
-		{"-nodes", "0"},
-		{"-log-level", "loud"},
-		{"-port", "70000"},
-		{"-no-such-flag"},
-		{"-old-nodes", "x"},
-		{"-max-bytes", "-1"},
-		{"-read-timeout", "0s"},
-		{"-fetch-max-bytes", "4294967296"},
-		{"-max-connections", "-2"},
-		{"-nodes", "2", "-old-nodes", "2"},
-		{"-group-config", "share.auto.offset.reset"},
-		{"-group-config", "share.auto.offset.reset=sideways"},
-		{"-group-config", "no.such.config=1"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nodes", "0"}, "-nodes 0: must be in 1..65535"},
+		{[]string{"-nodes", "-1"}, "-nodes -1: must be in 1..65535"},
+		{[]string{"-nodes", "9223372036854775807", "-port", "1"}, "-nodes 9223372036854775807"},
+		{[]string{"-log-level", "loud"}, "-log-level"},
+		{[]string{"-port", "70000"}, "-port 70000"},
+		{[]string{"-port", "abc"}, `invalid value "abc" for flag -port`},
+		{[]string{"-no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"-old-nodes", "x"}, "-old-nodes"},
+		{[]string{"-max-bytes", "-1"}, "kshare-broker:"},
+		{[]string{"-read-timeout", "0s"}, "kshare-broker:"},
+		{[]string{"-fetch-max-bytes", "4294967296"}, "-fetch-max-bytes 4294967296"},
+		{[]string{"-max-connections", "-2"}, "kshare-broker:"},
+		{[]string{"-nodes", "2", "-old-nodes", "2"}, "kshare-broker:"},
+		{[]string{"-group-config", "share.auto.offset.reset"}, "is not NAME=VALUE"},
+		{[]string{"-group-config", "share.auto.offset.reset=sideways"}, "kshare-broker:"},
+		{[]string{"-group-config", "no.such.config=1"}, "kshare-broker:"},
+		{[]string{"-port", "0", "stray-argument"}, `unexpected argument "stray-argument"`},
+		{[]string{"-share-state-partitions", "4294967297"}, "-share-state-partitions 4294967297: must be in 1..2147483647"},
+		{[]string{"-txn-state-partitions", "4294967297"}, "-txn-state-partitions 4294967297"},
+		{[]string{"-offsets-partitions", "0"}, "-offsets-partitions 0"},
 	} {
-		out, err := exec.Command(bin, args...).CombinedOutput()
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "args %v: %s", args, out)
-		require.NotEqual(t, 0, exit.ExitCode())
-		require.Contains(t, string(out), "kshare-broker", "args %v must say what is wrong", args)
+		code, stdout, stderr := runBroker(t, tc.args...)
+		require.Equal(t, exitUsage, code, "args %v", tc.args)
+		require.Empty(t, stdout, "args %v: the cluster must not start", tc.args)
+		require.Contains(t, stderr, tc.want, "args %v must say what is wrong", tc.args)
 	}
+}
+
+// TestHelpExitsZero: -h prints the flags and is not an error.
+func TestHelpExitsZero(t *testing.T) {
+	code, stdout, stderr := runBroker(t, "-h")
+	require.Equal(t, exitOK, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, "-nodes")
+	require.NotContains(t, stderr, "help requested")
+}
+
+// TestRunStartsAndStops: a good command line starts the cluster, prints
+// the ready line and exits 0 when its context (the signals, in main)
+// ends.
+func TestRunStartsAndStops(t *testing.T) {
+	code, stdout, _ := runBroker(t, "-nodes", "2", "-log-level", "error")
+	require.Equal(t, exitOK, code)
+	require.Regexp(t, `^kshare-broker ready bootstrap=127\.0\.0\.1:\d+,127\.0\.0\.1:\d+\n$`, stdout)
+}
+
+// TestFlagsAreDocumented: docs/broker.md is the broker's reference; every
+// flag the command defines appears there as `-name.
+func TestFlagsAreDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/broker.md")
+	require.NoError(t, err)
+	fs, _ := newFlagSet(io.Discard)
+	var missing []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(string(doc), "`-"+f.Name) {
+			missing = append(missing, "-"+f.Name)
+		}
+	})
+	require.Empty(t, missing, "flags of kshare-broker that docs/broker.md does not list")
 }
 
 // TestOldNodesFlag: -old-nodes makes the named node advertise

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -130,16 +131,17 @@ func parseSASL(conf *service.ParsedConfig) (sasl.Mechanism, error) {
 // kgoOpts are the transport options of every client the plugins create.
 func (c clientConfig) kgoOpts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.ClientID(c.clientID)}
-	if dial := testDialer; dial != nil {
-		opts = append(opts, kgo.Dialer(dial))
+	if dial := testDialer.Load(); dial != nil {
+		opts = append(opts, kgo.Dialer(*dial))
 	}
 	return opts
 }
 
 // testDialer, when set by a test, dials every connection of the clients
 // created afterwards, so that the test can cut them all at once (a process
-// that dies).
-var testDialer func(ctx context.Context, network, host string) (net.Conn, error)
+// that dies). Atomic: the remains of an abandoned pipeline may still be
+// creating clients when the test swaps it.
+var testDialer atomic.Pointer[func(ctx context.Context, network, host string) (net.Conn, error)]
 
 // durationField reads a duration field and refuses one that is not
 // positive.

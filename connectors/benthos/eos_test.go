@@ -24,7 +24,7 @@ type instances struct {
 
 func trackInstances(t *testing.T) *instances {
 	is := &instances{}
-	testCreated = func(v any) {
+	track := func(v any) {
 		is.mu.Lock()
 		defer is.mu.Unlock()
 		switch v := v.(type) {
@@ -34,7 +34,8 @@ func trackInstances(t *testing.T) *instances {
 			is.outputs = append(is.outputs, v)
 		}
 	}
-	t.Cleanup(func() { testCreated = nil })
+	testCreated.Store(&track)
+	t.Cleanup(func() { testCreated.Store(nil) })
 	return is
 }
 

@@ -267,6 +267,11 @@ type shareInput struct {
 	closeErr  error
 }
 
+// shareInputKey marks, in a stream's generic resources, that the stream
+// has a kshare_share input: a kshare_txn output of a stream without one
+// writes messages that carry no acknowledgement by design.
+type shareInputKey struct{}
+
 func newShareInput(conf *service.ParsedConfig, mgr *service.Resources) (*shareInput, error) {
 	cfg, err := parseInputConfig(conf)
 	if err != nil {
@@ -278,6 +283,7 @@ func newShareInput(conf *service.ParsedConfig, mgr *service.Resources) (*shareIn
 			return nil, fmt.Errorf("%s: %w", fBatching, err)
 		}
 	}
+	mgr.SetGeneric(shareInputKey{}, true)
 	created(in)
 	return in, nil
 }

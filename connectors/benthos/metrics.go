@@ -79,10 +79,10 @@ func newOutputMetrics(mgr *service.Resources) *outputMetrics {
 
 // testCreated, when a test sets it, is told of every input and output the
 // plugins create, so that the test can read their counters.
-var testCreated func(any)
+var testCreated atomic.Pointer[func(any)]
 
 func created(v any) {
-	if f := testCreated; f != nil {
-		f(v)
+	if f := testCreated.Load(); f != nil {
+		(*f)(v)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -92,29 +93,19 @@ output:
 	require.Equal(t, n, res.Missing)
 }
 
-// TestOutputWithoutInput writes from another input (generate): each batch
-// is still one transaction, nothing is acknowledged, and the output says
-// so once and counts the messages.
+// TestOutputWithoutInput runs examples/seed.yaml, which writes from
+// another input (generate): each batch is still one transaction, nothing
+// is acknowledged, and the output counts the messages. That is the
+// intended use of an output without a kshare_share input, so the output
+// says so once at INFO and logs no warning: a user's first run is clean.
 func TestOutputWithoutInput(t *testing.T) {
-	const n = 300
+	const n, batch = 1000, 100
 	c := newCluster(t)
-	ctx := testkit.Context(t)
-	testkit.CreateTopic(ctx, t, c.admin, "gen-out", 3)
 	is := trackInstances(t)
 	logs := &syncBuffer{}
-	yaml := strings.ReplaceAll(`
-input:
-  generate:
-    count: 300
-    interval: ""
-    batch_size: 50
-    mapping: root = "gen-" + counter().string()
-output:
-  kshare_txn:
-    seed_brokers: [ $SEEDS ]
-    transactional_id: gen-out-txn
-    topic: gen-out
-`, "$SEEDS", strings.Join(c.seeds, ","))
+	seed, err := os.ReadFile("examples/seed.yaml")
+	require.NoError(t, err)
+	yaml := strings.ReplaceAll(string(seed), "localhost:9092", strings.Join(c.seeds, ","))
 	p := startLogged(t, service.NewEnvironment(), yaml, logs)
 	select {
 	case err := <-p.done:
@@ -123,10 +114,82 @@ output:
 	case <-time.After(time.Minute):
 		t.Fatal("the stream did not end")
 	}
-	require.Equal(t, n, countCommitted(t, c, "gen-out", n))
+	require.Equal(t, n, countCommitted(t, c, "orders", n))
 	require.EqualValues(t, n, is.out(func(m *outputMetrics) *counter { return m.orphans }))
-	require.EqualValues(t, n/50, is.out(func(m *outputMetrics) *counter { return m.committed }))
-	require.Equal(t, 1, strings.Count(logs.String(), "carries no kshare_share acknowledgement"), logs.String())
+	require.EqualValues(t, n/batch, is.out(func(m *outputMetrics) *counter { return m.committed }))
+	require.Equal(t, 1, strings.Count(logs.String(), "the stream has no kshare_share input"), logs.String())
+	require.NotRegexp(t, `level=(WARN|ERROR)`, logs.String())
+}
+
+// TestProcessorMadeMessageWarns: in a stream with a kshare_share input, a
+// message that carries no acknowledgement was made by a processor, and
+// its record is acknowledged outside the output's transaction: the output
+// warns, once, and counts the messages.
+func TestProcessorMadeMessageWarns(t *testing.T) {
+	const n = 200
+	c := newCluster(t)
+	r := c.newRun(t, "remade", 3, n, 0)
+	is := trackInstances(t)
+	env := service.NewEnvironment()
+	require.NoError(t, env.RegisterProcessor("test_remake", service.NewConfigSpec(),
+		func(*service.ParsedConfig, *service.Resources) (service.Processor, error) {
+			return remake{}, nil
+		}))
+	logs := &syncBuffer{}
+	p := startLogged(t, env, r.yaml(`
+input:
+  kshare_share:
+    seed_brokers: [ $SEEDS ]
+    group: $GROUP
+    topics: [ $IN ]
+    transactional_id: $INTXN
+    auto_offset_reset: earliest
+pipeline:
+  processors:
+    - test_remake: {}
+output:
+  kshare_txn:
+    seed_brokers: [ $SEEDS ]
+    transactional_id: $OUTTXN
+    topic: $OUT
+`), logs)
+	r.waitAcknowledged(t, 2*time.Minute)
+	p.stop(t, 30*time.Second)
+	require.EqualValues(t, n, is.out(func(m *outputMetrics) *counter { return m.orphans }))
+	require.Equal(t, 1, strings.Count(logs.String(), "level=WARN msg=\"kshare_txn: a message carries no kshare_share acknowledgement (a processor made it)"), logs.String())
+	require.NotContains(t, logs.String(), "the stream has no kshare_share input")
+}
+
+// remake is a processor that replaces each message with a new one of the
+// same content, without the original's context.
+type remake struct{}
+
+func (remake) Process(_ context.Context, m *service.Message) (service.MessageBatch, error) {
+	v, err := m.AsBytes()
+	if err != nil {
+		return nil, err
+	}
+	return service.MessageBatch{service.NewMessage(v)}, nil
+}
+
+func (remake) Close(context.Context) error { return nil }
+
+// TestEmptyTopicRefusedByTheConstructor: a constant empty topic is a
+// config error even where the linter does not run (a config built without
+// linting): the constructor refuses it, instead of a stream that nacks
+// and retries every batch forever.
+func TestEmptyTopicRefusedByTheConstructor(t *testing.T) {
+	env := service.NewEnvironment()
+	for _, topic := range []string{`""`, `"  "`} {
+		conf, err := outputSpec().ParseYAML("seed_brokers: [ 127.0.0.1:9092 ]\ntransactional_id: out\ntopic: "+topic+"\n", env)
+		require.NoError(t, err)
+		_, err = newTxnOutput(conf, service.MockResources())
+		require.ErrorContains(t, err, "topic: required, and must not be empty", topic)
+	}
+	conf, err := outputSpec().ParseYAML("seed_brokers: [ 127.0.0.1:9092 ]\ntransactional_id: out\ntopic: ${! @t }\n", env)
+	require.NoError(t, err)
+	_, err = newTxnOutput(conf, service.MockResources())
+	require.NoError(t, err, "an interpolated topic is checked per message")
 }
 
 // countCommitted reads topic with a read_committed consumer until want
@@ -226,6 +289,8 @@ topic: out
 		{"sasl without user", false, edit(input, "sasl:\n  - mechanism: PLAIN\n    username: \"\"\n    password: p"), "sasl[0]: username is empty"},
 		{"no output id", true, edit(output, "", "transactional_id: out", `transactional_id: ""`), "transactional_id: required"},
 		{"no topic", true, edit(output, "", "topic: out\n", ""), "field topic is required"},
+		{"empty topic", true, edit(output, "", "topic: out", `topic: ""`), "topic: required, and must not be empty"},
+		{"blank topic", true, edit(output, "", "topic: out", `topic: " "`), "topic: required, and must not be empty"},
 		{"zero in flight", true, edit(output, "max_in_flight: 0"), "max_in_flight: must be at least 1"},
 		{"manual without partition", true, edit(output, "partitioner: manual"), "partitioner: manual needs partition"},
 		{"partition without manual", true, edit(output, "partition: '1'"), "partition: set only with partitioner: manual"},

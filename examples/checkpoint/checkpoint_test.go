@@ -103,3 +103,18 @@ func TestCheckpointRejectsPoisonOnPurpose(t *testing.T) {
 	require.Zero(t, sum.RejectedOutput)
 	require.Contains(t, stderr.String(), "exactly-once: OK (600 rejected on purpose)")
 }
+
+// TestTinyCheckpointIntervalMakesProgress: a checkpoint interval far
+// shorter than a snapshot (1ns) must still process the input. Before, the
+// coordinator triggered a barrier on every tick whatever the readers had
+// answered; barriers piled up in their mailboxes faster than they were
+// handled, no reader got to poll, and only -max-duration ended the run
+// (INCOMPLETE, nothing processed). -max-duration is the hang guard here:
+// its expiry (exit 3) is the failure.
+func TestTinyCheckpointIntervalMakesProgress(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := eos.Main(command(), []string{"-records", "200", "-consumers", "2", "-checkpoint-interval", "1ns", "-max-duration", "2m"}, &stdout, &stderr)
+	t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	require.Equal(t, eos.ExitOK, code)
+	require.Contains(t, stdout.String(), "exactly-once: OK")
+}

@@ -79,7 +79,7 @@ exactly once, and the group that every input was acknowledged.`,
 		LockDuration: 2 * time.Second,
 		Define: func(fs *flag.FlagSet) func() error {
 			fs.IntVar(&consumers, "consumers", 4, "source `readers` running at once (a share consumer and an acknowledger each), at least 1")
-			fs.DurationVar(&interval, "checkpoint-interval", 100*time.Millisecond, "time between checkpoints, positive")
+			fs.DurationVar(&interval, "checkpoint-interval", 100*time.Millisecond, "time between checkpoints, positive; a checkpoint not answered by every reader yet makes the next ticks wait")
 			fs.IntVar(&failEvery, "fail-every", 7, "with -faults, fail the 1st checkpoint with records on purpose, then every `n`-th (0: none; else at least 2)")
 			fs.IntVar(&longEvery, "long-every", 10, "make the 2nd checkpoint with records, then every `n`-th, take longer than the lock duration (0: none)")
 			return func() error {

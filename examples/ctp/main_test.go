@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,11 +87,15 @@ func TestJSONReport(t *testing.T) {
 }
 
 // TestMaxDurationIsIncomplete: a run stopped by -max-duration reports what
-// it processed, with verdict INCOMPLETE and exit 3.
+// it processed, with verdict INCOMPLETE and exit 3. The limit counts the
+// set-up and the input write too, so on a slow machine the stop may come
+// before the pipeline runs ("while setting up"); either way the verdict is
+// the same. 50,000 inputs whose transactions each wait 100 ms cannot be
+// done in 2 s by 4 workers.
 func TestMaxDurationIsIncomplete(t *testing.T) {
 	code, stdout, _ := runCtp(t, "-records", "50000", "-txn-size", "100", "-txn-hold", "100ms", "-faults=false", "-max-duration", "2s")
 	require.Equal(t, eos.ExitIncomplete, code)
-	require.Contains(t, stdout, "exactly-once: INCOMPLETE (stopped by max duration 2s after ")
+	require.Contains(t, stdout, "exactly-once: INCOMPLETE (stopped by max duration 2s ")
 	require.Contains(t, stdout, "none lost or duplicated so far")
 	require.Contains(t, stdout, "stopped by")
 	require.NotContains(t, stdout, "FAILED")
@@ -128,4 +134,88 @@ func TestInterruptIsIncomplete(t *testing.T) {
 	require.Equal(t, eos.ExitIncomplete, exit.ExitCode())
 	require.Contains(t, stdout.String(), "exactly-once: INCOMPLETE (stopped by Ctrl-C (SIGINT) after ")
 	require.Contains(t, stdout.String(), "inputs processed")
+}
+
+// watchWriter is the stderr of an in-process run: it calls on once, when
+// what has been written so far contains s, from the run's own goroutine
+// (the run waits for on).
+type watchWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	s    string
+	on   func()
+	done bool
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if !w.done && strings.Contains(w.buf.String(), w.s) {
+		w.done = true
+		w.on()
+	}
+	return n, err
+}
+
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// mainWithin runs the command in this process with stderr w and returns
+// its exit code and stdout, failing the test if it has not ended within
+// guard: a hang guard only, far above what the run needs.
+func mainWithin(t *testing.T, guard time.Duration, w io.Writer, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- eos.Main(command(), args, &out, w) }()
+	select {
+	case code := <-done:
+		t.Logf("ctp %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out.String(), w)
+		return code, out.String()
+	case <-time.After(guard):
+		t.Fatalf("ctp %s still runs after %v (hang)\nstderr:\n%s", strings.Join(args, " "), guard, w)
+		return 0, ""
+	}
+}
+
+// TestMaxDurationBoundsAWriteToADeadCluster: the cluster dies as the run
+// starts writing its input. -max-duration bounds the whole run, setup and
+// input included: the run stops when it passes and reports INCOMPLETE,
+// with one JSON document on stdout. Before, the input producer retried
+// the dead cluster forever.
+func TestMaxDurationBoundsAWriteToADeadCluster(t *testing.T) {
+	c, err := broker.NewCluster(broker.Nodes(1))
+	require.NoError(t, err)
+	defer c.Close()
+	stderr := &watchWriter{s: `msg="writing input"`, on: func() { _ = c.Close() }}
+	code, stdout := mainWithin(t, 2*time.Minute, stderr,
+		"-brokers", strings.Join(c.Bootstrap(), ","), "-records", "200000", "-max-duration", "2s", "-log-level", "info", "-json")
+	require.Equal(t, eos.ExitIncomplete, code)
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var sum eos.Summary
+	require.NoError(t, dec.Decode(&sum), stdout)
+	require.False(t, dec.More(), "stdout holds one JSON document and nothing else")
+	require.Equal(t, eos.VerdictIncomplete, sum.Verdict)
+	require.Equal(t, "max duration 2s while setting up", sum.StoppedBy)
+	require.Equal(t, 200000, sum.Inputs)
+	require.Zero(t, sum.Processed)
+}
+
+// TestInterruptWhileSettingUpReports: Ctrl-C right after the start, while
+// the run sets up and writes its input, still ends with the table and
+// the INCOMPLETE verdict on stdout (exit 3), as a later Ctrl-C does. The
+// signal goes to this process while eos.Main watches for it (it is sent
+// from the run's own stderr write of the header line).
+func TestInterruptWhileSettingUpReports(t *testing.T) {
+	stderr := &watchWriter{s: "ctp: 200000 records", on: func() {
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
+	}}
+	code, stdout := mainWithin(t, 2*time.Minute, stderr, "-records", "200000")
+	require.Equal(t, eos.ExitIncomplete, code)
+	require.Regexp(t, `(?m)^exactly-once: INCOMPLETE \(stopped by Ctrl-C \(SIGINT\) while setting up after \d+\.\ds: 0 of 200000 inputs processed`, stdout)
+	require.Contains(t, stdout, "inputs processed (output or rejected)")
 }

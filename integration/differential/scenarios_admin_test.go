@@ -138,6 +138,16 @@ func (tg *target) groupConfigs(ctx context.Context, group string, names []string
 	return "OK " + strings.Join(out, " ")
 }
 
+// groupConfigsSettled describes a group's configs until the answer contains
+// want, or gives the last answer after a while: the real Kafka applies a
+// group config through its metadata log and describes it a moment after it
+// answered the alteration, so describing at once can show the old value.
+func (tg *target) groupConfigsSettled(ctx context.Context, group string, names []string, want string) string {
+	tg.t.Helper()
+	return tg.eventually(ctx, func() string { return tg.groupConfigs(ctx, group, names) },
+		func(s string) bool { return strings.Contains(s, want) })
+}
+
 // alterGroupConfig sets (op 0) or deletes (op 1) one group config.
 func (tg *target) alterGroupConfig(ctx context.Context, group string, op int8, name string, value *string, validateOnly bool) string {
 	tg.t.Helper()
@@ -159,11 +169,8 @@ func (tg *target) alterGroupConfig(ctx context.Context, group string, op int8, n
 func scenarioGroupConfigs(ctx context.Context, tg *target, tr *transcript) {
 	group := tg.name("cfg-group")
 	key := "share.auto.offset.reset"
-	// The real Kafka applies a group config through its metadata log and
-	// describes it a moment after it answered the alteration.
 	settled := func(names []string, want string) string {
-		return tg.eventually(ctx, func() string { return tg.groupConfigs(ctx, group, names) },
-			func(s string) bool { return strings.Contains(s, want) })
+		return tg.groupConfigsSettled(ctx, group, names, want)
 	}
 	tr.add("describe before", "%s", tg.groupConfigs(ctx, group, []string{key}))
 	tr.add("set earliest, validate only", "%s", tg.alterGroupConfig(ctx, group, 0, key, kmsg.StringPtr("earliest"), true))

@@ -192,9 +192,11 @@ func createTopicOn(ctx context.Context, t testing.TB, cl *kgo.Client, topic stri
 }
 
 // txnWorker commits a stream of transactions with the SDK producer: each
-// writes recordsPerTxn records; a commit that fails with ErrAbortable is
-// aborted and the transaction is redone under a new attempt number, so
-// every value names its transaction and attempt. Any other error stops it.
+// writes recordsPerTxn records; a commit that fails with ErrAbortable, or
+// is left in doubt (ErrInDoubt), is aborted: the abort of an in-doubt
+// commit may learn that it had committed (ErrCommitted), otherwise the
+// transaction is redone under a new attempt number, so every value names
+// its transaction and attempt. Any other error stops it.
 type txnWorker struct {
 	p     *producer.Producer
 	topic string
@@ -205,9 +207,10 @@ type txnWorker struct {
 	committed map[string]bool // values of committed attempts
 	aborted   map[string]bool // values of aborted attempts
 	commits   int
-	failures  int   // attempts that failed with ErrAbortable
+	failures  int   // commits that failed with ErrAbortable or ErrInDoubt
 	aborts    int   // attempts aborted after such a failure
-	lastAbort error // the abortable error of the latest abort
+	learned   int   // in-doubt commits whose abort learned they had committed
+	lastAbort error // the error of the latest failure
 	err       error // why the worker stopped early
 }
 
@@ -232,7 +235,7 @@ func newTxnWorker(p *producer.Producer, topic string) *txnWorker {
 }
 
 // run commits transactions until stop is closed (finishing the current
-// one) or an error other than ErrAbortable, or ctx, ends it.
+// one) or an error other than ErrAbortable or ErrInDoubt, or ctx, ends it.
 func (w *txnWorker) run(ctx context.Context, stop <-chan struct{}) {
 	defer close(w.done)
 	for txn := 0; ; txn++ {
@@ -283,21 +286,35 @@ func (w *txnWorker) attempt(ctx context.Context, txn, attempt int) (committed bo
 		w.commits++
 		return true, nil
 	}
-	if !errors.Is(err, kshare.ErrAbortable) {
+	if !errors.Is(err, kshare.ErrAbortable) && !errors.Is(err, kshare.ErrInDoubt) {
 		return false, fmt.Errorf("transaction %d attempt %d: %w", txn, attempt, err)
 	}
 	w.mu.Lock()
 	w.failures++
 	w.mu.Unlock()
-	// The abort needs the coordinator too; an abortable failure of the
-	// abort itself (the coordinator still away) is retried.
+	// The abort needs the coordinator too; an abortable or in-doubt
+	// failure of the abort itself (the coordinator still away) is retried.
 	abortErr := backoff.Retry(func() error {
 		err := w.p.AbortTransaction(ctx)
-		if err == nil || errors.Is(err, kshare.ErrAbortable) {
+		if errors.Is(err, kshare.ErrAbortable) || errors.Is(err, kshare.ErrInDoubt) {
 			return err
 		}
-		return backoff.Permanent(err)
+		if err != nil {
+			return backoff.Permanent(err)
+		}
+		return nil
 	}, retry.WithContext(ctx))
+	if errors.Is(abortErr, kshare.ErrCommitted) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, r := range recs {
+			w.committed[string(r.Value)] = true
+		}
+		w.commits++
+		w.learned++
+		w.lastAbort = err
+		return true, nil
+	}
 	if abortErr != nil {
 		return false, fmt.Errorf("transaction %d attempt %d: abort after %v: %w", txn, attempt, err, abortErr)
 	}
@@ -385,8 +402,9 @@ func (w *txnWorker) waitCommits(ctx context.Context, t *testing.T, n int) {
 // and while the coordinator is unavailable (node 2, hosting it, is stopped
 // and started again). The first outage starts with a commit under way, so
 // EndTxn must find the coordinator again; in the second that commit gives
-// up (ErrAbortable), so the abort waits for the coordinator and the
-// transaction is redone; the third starts at a random moment, which is
+// up (ErrAbortable, or ErrInDoubt if EndTxn was sent), so the abort waits
+// for the coordinator and the transaction is redone (or, in doubt, learned
+// committed); the third starts at a random moment, which is
 // mostly while records are produced: the partition leader cannot add the
 // partition to the transaction and answers NOT_ENOUGH_REPLICAS until the
 // coordinator is back. No error may be fatal, every abortable failure is
@@ -474,9 +492,9 @@ func TestProducerFollowsTransactionCoordinator(t *testing.T) {
 
 	// Outages of node 2 while it hosts the coordinator: with a commit under
 	// way, which must find the coordinator again once it is back; with a
-	// commit under way that gives up first (ErrAbortable), so that the
-	// transaction is aborted through the returning coordinator and redone;
-	// and at whatever point the worker is.
+	// commit under way that gives up first (ErrAbortable or ErrInDoubt), so
+	// that the transaction is aborted through the returning coordinator and
+	// redone; and at whatever point the worker is.
 	if coord.settled(ctx) != 2 {
 		coord.moveTo(ctx, 2)
 		w.waitCommits(ctx, t, w.commitCount()+2)
@@ -506,7 +524,7 @@ func TestProducerFollowsTransactionCoordinator(t *testing.T) {
 			close(h.release)
 			waitFor(ctx, t, "the commit to give up", func(context.Context) (bool, string) {
 				n := w.failureCount() - failed
-				return n > 0, fmt.Sprintf("%d abortable failures since node 2 stopped", n)
+				return n > 0, fmt.Sprintf("%d abortable or in-doubt failures since node 2 stopped (worker error: %v)", n, w.stopErr())
 			})
 		case o.hold:
 			close(h.release)
@@ -525,7 +543,7 @@ func TestProducerFollowsTransactionCoordinator(t *testing.T) {
 		}
 		node2Down = false
 		w.waitCommits(ctx, t, w.commitCount()+3)
-		t.Logf("outage (%s): node 2 stopped and started again; %d FindCoordinator requests, %d abortable failures since (%d commits so far)",
+		t.Logf("outage (%s): node 2 stopped and started again; %d FindCoordinator requests, %d failed commits since (%d commits so far)",
 			o.name, hook.count(findCoordinatorKey)-finds, w.failureCount()-failed, w.commitCount())
 		if o.commitTimeout > 0 && w.failureCount() == failed {
 			t.Errorf("outage (%s): the commit did not fail", o.name)
@@ -566,13 +584,13 @@ func TestProducerFollowsTransactionCoordinator(t *testing.T) {
 			t.Errorf("committed record %s missing", v)
 		}
 	}
-	if w.aborts != w.failures || w.aborts == 0 {
-		t.Errorf("%d abortable failures, %d aborts; want every failure aborted, and the outage whose commit gave up among them", w.failures, w.aborts)
+	if w.aborts+w.learned != w.failures || w.failures == 0 {
+		t.Errorf("%d failed commits, %d aborts, %d in-doubt commits learned as committed; want every failure resolved, and the outage whose commit gave up among them", w.failures, w.aborts, w.learned)
 	}
 	m := p.Metrics()
 	if m.TransactionsCommitted != int64(w.commits) || m.TransactionsAborted != int64(w.aborts) {
 		t.Errorf("metrics: %d committed, %d aborted; the worker saw %d and %d", m.TransactionsCommitted, m.TransactionsAborted, w.commits, w.aborts)
 	}
-	t.Logf("%d transactions committed (%d records read exactly once), %d aborted and redone; last abortable error: %v",
-		w.commits, len(seen), w.aborts, w.lastAbort)
+	t.Logf("%d transactions committed (%d records read exactly once, %d of them after an in-doubt commit), %d aborted and redone; last failure: %v",
+		w.commits, len(seen), w.learned, w.aborts, w.lastAbort)
 }

@@ -26,7 +26,8 @@ type CheckpointConfig struct {
 	RejectEvery int
 	Readers     int
 	// Interval is how often the checkpoint coordinator triggers a
-	// checkpoint (default 100ms).
+	// checkpoint (default 100ms); a tick comes to nothing while the last
+	// checkpoint is not answered by every reader.
 	Interval time.Duration
 	// LongEvery makes checkpoints take longer than the lock duration to
 	// complete, so that their acknowledgements stay staged past their
@@ -115,7 +116,8 @@ func (c *CheckpointConfig) validate() error {
 // coordinator until every input record is acknowledged, and checks the
 // committed sink: every input id in it exactly once.
 //
-// As with Run, a run that ctx or MaxDuration stops early still reports
+// As with Run, a run that ctx or MaxDuration stops early (setup and input
+// included) still reports
 // (StoppedBy, verdict INCOMPLETE unless it found a violation), and an
 // error means the run could not be carried out: a bad config, a cluster
 // that refused the setup, a reader that could not start, or a reader
@@ -127,7 +129,8 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 	if err := cfg.validate(); err != nil {
 		return CheckpointSummary{}, fmt.Errorf("checkpoint config: %w", err)
 	}
-	admin, in, err := prepare(ctx, cfg.Seeds, groupSetup{
+	run := newRunScope(ctx, cfg.MaxDuration)
+	admin, in, err := prepare(run.run, cfg.Seeds, groupSetup{
 		topics:        []string{cfg.Input},
 		partitions:    cfg.InputPartitions,
 		group:         cfg.Group,
@@ -135,12 +138,14 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 		deliveryLimit: cfg.DeliveryLimit,
 	}, cfg.Input, cfg.Records, cfg.RejectEvery, cfg.Logger)
 	if err != nil {
+		if r, stopped := run.stoppedInSetup(cfg.Records, err); stopped {
+			return CheckpointSummary{Result: r}, nil
+		}
 		return CheckpointSummary{}, err
 	}
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
 
-	run := newRunScope(ctx, cfg.MaxDuration)
 	stats := &checkpointStats{}
 	sink := newCommittedSink(cfg.Records)
 	results := make(chan snapshotResult)

@@ -139,6 +139,15 @@ func (c *checkpointCoordinator) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-ticker.C:
+			// A tick while the last barrier is still unanswered is
+			// skipped, as a stream processor skips a checkpoint while
+			// one is pending: with an Interval shorter than the
+			// readers' snapshots, barriers would otherwise pile up in
+			// their mailboxes faster than they are handled and no
+			// reader would get to poll.
+			if n := len(queue); n > 0 && queue[n-1].answers < len(c.readers) {
+				continue
+			}
 			queue = append(queue, c.trigger(next, now))
 			next++
 		case res := <-c.results:

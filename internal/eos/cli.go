@@ -86,8 +86,9 @@ stdout and the verdict line:
 
 A run that cannot be carried out (bad flags, a cluster that refuses the
 setup, a fatal error that no injected fault explains, such as a cluster
-without KIP-1289) prints the error on stderr and exits 2 at once. A second
-Ctrl-C stops the command without a report.
+without KIP-1289) prints the error on stderr (with -json, also a document
+with verdict ERROR on stdout) and exits 2 at once. A second Ctrl-C stops
+the command without a report.
 
 Flags:
 `
@@ -110,15 +111,23 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.RejectEvery, "reject-every", 0, "write every `n`-th input as a poison record that the pipeline rejects on purpose:\nit is archived, has no output and is counted (0: none; else at least 2)")
 	fs.DurationVar(&f.LockDuration, "lock-duration", cmd.LockDuration, "the group's share.record.lock.duration.ms, positive\n(default with -brokers: 15s, the least Apache Kafka accepts by default)")
 	fs.BoolVar(&f.Faults, "faults", true, "inject the faults described above while running; -faults=false runs the pipeline alone")
-	fs.DurationVar(&f.MaxDuration, "max-duration", 15*time.Minute, "stop after this long and report what was processed (verdict INCOMPLETE), positive")
+	fs.DurationVar(&f.MaxDuration, "max-duration", 15*time.Minute, "stop after this long, setup and input included, and report what was processed (verdict INCOMPLETE), positive")
 	fs.BoolVar(&f.JSON, "json", false, "write the report as one JSON document on stdout (fields \"verdict\" and \"ok\" carry the verdict);\nprogress and the verdict line go to stderr")
 	fs.StringVar(&f.LogLevel, "log-level", "warn", "log from this `level` on: debug, info, warn or error; expected outcomes of injected faults log at info")
 	check := cmd.Define(fs)
+	// A refused command line still gives a -json reader its document,
+	// when -json was parsed before the flag package stopped.
+	refused := func(err error) int {
+		if f.JSON {
+			writeJSON(stdout, errorDocument(err))
+		}
+		return ExitError
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
 		}
-		return ExitError // the flag package has said why
+		return refused(err) // the flag package has said why on stderr
 	}
 	logger, err := NewLogger(f.LogLevel, stderr)
 	if err = errors.Join(err, f.check(fs), check()); err != nil {
@@ -126,7 +135,7 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s: %s\n", cmd.Name, line)
 		}
 		fmt.Fprintf(stderr, "Run '%s -h' for the flags.\n", cmd.Name)
-		return ExitError
+		return refused(err)
 	}
 	external := len(splitBrokers(f.Brokers)) > 0
 	if external && !flagSet(fs, "lock-duration") {
@@ -144,7 +153,9 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name, err)
 		if f.JSON {
-			writeJSON(stdout, map[string]any{"verdict": verdict, "ok": false, "error": err.Error()})
+			doc := errorDocument(err)
+			doc["verdict"] = verdict
+			writeJSON(stdout, doc)
 		}
 		return code
 	}
@@ -200,6 +211,12 @@ func notifyInterrupt() (ctx context.Context, stop func()) {
 		cancel(nil)
 		<-done
 	}
+}
+
+// errorDocument is the -json document of a run that could not be carried
+// out: verdict ERROR and why.
+func errorDocument(err error) map[string]any {
+	return map[string]any{"verdict": VerdictError, "ok": false, "error": err.Error()}
 }
 
 func writeJSON(w io.Writer, v any) {

@@ -142,3 +142,27 @@ func TestMainExternalLockDurationDefault(t *testing.T) {
 	runMain(cmd, "-brokers", "127.0.0.1:1", "-lock-duration", "3s")
 	require.Equal(t, 3*time.Second, got.LockDuration, "an explicit value wins")
 }
+
+// TestMainRefusedWithJSONWritesADocument: with -json, stdout is one JSON
+// document whatever the ending, a refused command line included (once the
+// flag package has parsed -json).
+func TestMainRefusedWithJSONWritesADocument(t *testing.T) {
+	cmd, _ := fakeCommand(Summary{}, nil)
+	for _, args := range [][]string{
+		{"-json", "-records", "0"},
+		{"-json", "-workers", "-1"},
+		{"-json", "-reject-every", "1"},
+		{"-json", "unexpected-positional"},
+		{"-json", "-records", "many"},
+	} {
+		code, stdout, stderr := runMain(cmd, args...)
+		require.Equal(t, ExitError, code, "%v", args)
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		var doc map[string]any
+		require.NoError(t, dec.Decode(&doc), "%v: stdout %q", args, stdout)
+		require.False(t, dec.More(), "%v: stdout must hold one JSON document: %s", args, stdout)
+		require.Equal(t, VerdictError, doc["verdict"], "%v", args)
+		require.Equal(t, false, doc["ok"], "%v", args)
+		require.Contains(t, stderr, doc["error"].(string)[:10], "%v: the document says what stderr says", args)
+	}
+}

@@ -73,14 +73,19 @@ func (in *Input) CountAcknowledged(start map[int32]int64) int {
 // WriteInput produces n records to topic, record i with value in.Value(i)
 // and key ID(i) so that they spread over the partitions, every
 // rejectEvery-th of them poison (0: none), and returns once all are
-// acknowledged, with where each landed. It logs progress every second.
-func WriteInput(ctx context.Context, seeds []string, topic string, n, rejectEvery int, logger *slog.Logger) (*Input, error) {
-	cl, err := kgo.NewClient(
+// acknowledged, with where each landed. It logs progress every second,
+// counting the records the cluster acknowledged. opts are added to the
+// producer's options.
+//
+// When ctx ends it stops producing at once and returns an error wrapping
+// ctx.Err(); the records already produced may or may not have landed.
+func WriteInput(ctx context.Context, seeds []string, topic string, n, rejectEvery int, logger *slog.Logger, opts ...kgo.Opt) (*Input, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.DefaultProduceTopic(topic),
-		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("input producer: %w", err)
 	}
@@ -94,7 +99,9 @@ func WriteInput(ctx context.Context, seeds []string, topic string, n, rejectEver
 	)
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
-	for i := 0; i < n; i++ {
+	// Without the check of ctx, a stopped run would go on through every
+	// remaining record, each failing at once.
+	for i := 0; i < n && ctx.Err() == nil; i++ {
 		select {
 		case <-ticker.C:
 			mu.Lock()
@@ -105,12 +112,18 @@ func WriteInput(ctx context.Context, seeds []string, topic string, n, rejectEver
 		cl.Produce(ctx, &kgo.Record{Key: []byte(ID(i)), Value: []byte(in.Value(i))}, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
 			}
 			in.partition[i], in.offset[i] = r.Partition, r.Offset
 			acked++
 		})
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("input producer: stopped: %w", err)
 	}
 	if err := cl.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("input producer: flush: %w", err)

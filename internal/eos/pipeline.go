@@ -185,7 +185,9 @@ const settleMargin = 5 * time.Second
 // When ctx ends or MaxDuration passes first, Run stops the workers and
 // still checks what they did: the summary's StoppedBy says why (ctx's
 // cause, if it has one) and its verdict is INCOMPLETE unless that check
-// found a violation. An error means the run could not be carried out: a
+// found a violation. MaxDuration counts from the start, setup and input
+// included: a run stopped before its workers started reports INCOMPLETE
+// with nothing processed and is not checked. An error means the run could not be carried out: a
 // bad config, a cluster that refused the setup, or a worker that stopped
 // with an error that no injected fault explains (a fatal SDK error, for
 // example on a cluster without KIP-1289); the run is then stopped at once
@@ -197,7 +199,8 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	}
 	var logs *faultHandler
 	cfg.Logger, logs = faultLogger(cfg.Logger)
-	admin, in, err := prepare(ctx, cfg.Seeds, groupSetup{
+	run := newRunScope(ctx, cfg.MaxDuration)
+	admin, in, err := prepare(run.run, cfg.Seeds, groupSetup{
 		topics:        []string{cfg.Input, cfg.Output},
 		partitions:    cfg.InputPartitions,
 		group:         cfg.Group,
@@ -205,12 +208,14 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 		deliveryLimit: cfg.DeliveryLimit,
 	}, cfg.Input, cfg.Records, cfg.RejectEvery, cfg.Logger)
 	if err != nil {
+		if r, stopped := run.stoppedInSetup(cfg.Records, err); stopped {
+			return Summary{Result: r}, nil
+		}
 		return Summary{}, err
 	}
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
 
-	run := newRunScope(ctx, cfg.MaxDuration)
 	stats := &runStats{}
 	pool := newWorkerPool(cfg, loop, stats, logs, run.fail)
 	run.spawn(pool.run)

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,21 +17,53 @@ import (
 // error of a part of the run (fail), and the goroutines of those parts.
 type runScope struct {
 	// run ends with the caller's context or at MaxDuration; ctx also ends
-	// when a part fails or the run is over.
-	run, ctx     context.Context
-	cancel, stop context.CancelFunc
-	start        time.Time
+	// when a part fails or the run is over. Both end by cancellation, never
+	// by a deadline, MaxDuration included: a client's dial that an expected
+	// stop cuts short then fails with context.Canceled, which kgo does not
+	// log as a broker it could not reach (it does log a dial that ran into
+	// a deadline, at WARN).
+	run, ctx context.Context
+	cancel   context.CancelCauseFunc
+	stop     context.CancelFunc
+	timer    *time.Timer
+	start    time.Time
 
 	wg       sync.WaitGroup
 	failOnce sync.Once
 	err      error // the first failure
 }
 
+// newRunScope starts the clock of a run that may last maxDuration, setup
+// and input included, so that -max-duration bounds a run whose cluster
+// stops answering while it writes the input.
 func newRunScope(parent context.Context, maxDuration time.Duration) *runScope {
 	s := &runScope{start: time.Now()}
-	s.run, s.cancel = context.WithTimeoutCause(parent, maxDuration, fmt.Errorf("max duration %v", maxDuration))
+	s.run, s.cancel = context.WithCancelCause(parent)
+	s.timer = time.AfterFunc(maxDuration, func() { s.cancel(fmt.Errorf("max duration %v", maxDuration)) })
 	s.ctx, s.stop = context.WithCancel(s.run)
 	return s
+}
+
+// release frees the scope's timer and contexts; end calls it.
+func (s *runScope) release() {
+	s.timer.Stop()
+	s.stop()
+	s.cancel(nil)
+}
+
+// stoppedInSetup judges a run whose setup (topics, group configs, the
+// input) failed with setupErr. If the caller's context or MaxDuration ended
+// it, the run was stopped early rather than refused: ok is true and the
+// result is INCOMPLETE with nothing processed, so that the command still
+// prints its table and verdict. Otherwise ok is false and setupErr is the
+// run's error. Either way the scope is released.
+func (s *runScope) stoppedInSetup(records int, setupErr error) (r Result, ok bool) {
+	defer s.release()
+	if s.run.Err() == nil || !errors.Is(setupErr, context.Canceled) {
+		return Result{}, false
+	}
+	stoppedBy := context.Cause(s.run).Error() + " while setting up"
+	return NewResult(Check{Inputs: records, Unacknowledged: records}, stoppedBy, time.Since(s.start)), true
 }
 
 // fail stops the run because of err; the first failure is the one
@@ -56,7 +89,7 @@ func (s *runScope) spawn(fn func(ctx context.Context)) {
 func (s *runScope) end(watchErr error) (elapsed time.Duration, stoppedBy string, err error) {
 	s.stop()
 	s.wg.Wait()
-	s.cancel()
+	s.release()
 	elapsed = time.Since(s.start)
 	if s.err != nil {
 		return elapsed, "", s.err
