@@ -136,6 +136,16 @@ func (a *fetchAnswer) prepare() kmsg.Response {
 	return a.FetchResponse
 }
 
+// splice marks the partitions with batches (splice.go).
+func (a *fetchAnswer) splice(mark func(int) []byte) (kmsg.Response, [][]*storedBatch) {
+	out := make([][]*storedBatch, len(a.fills))
+	for i, f := range a.fills {
+		a.Topics[f.topic].Partitions[f.partition].RecordBatches = mark(i)
+		out[i] = f.batches
+	}
+	return a.FetchResponse, out
+}
+
 // fetch builds the answer to a fetch as of now.
 func (c *Cluster) fetch(r *request) *fetchAnswer {
 	req := r.kreq.(*kmsg.FetchRequest)

@@ -30,7 +30,10 @@ package broker
 //     the member, up to MaxRecords (the broker's default when 0) and
 //     MaxBytes (capped, like Fetch's, by FetchMaxBytes), as the group's
 //     share.isolation.level and share.partition.max.record.locks allow,
-//     control records included (share_partition.go). A share-partition that
+//     control records included (share_partition.go). In ShareAcquireMode
+//     batch-optimized (0, and v1) MaxRecords is soft, as in Kafka: a new
+//     batch whose records are being acquired is acquired to its end; in
+//     record-limit (1) acquisition stops at MaxRecords. A share-partition that
 //     share.auto.offset.reset=by_duration cannot place yet answers
 //     OFFSET_NOT_AVAILABLE.
 //   - The answer carries the stored batches that hold them, the
@@ -46,8 +49,10 @@ package broker
 //     partition), plus O(S log S) for a session of S partitions per fetch.
 //
 // Skipped:
-//   - BatchSize and ShareAcquireMode (acquisition never exceeds MaxRecords,
-//     which both modes allow);
+//   - BatchSize (AcquiredRecords are one range per run of offsets with one
+//     delivery count, whatever its size); the batch-optimized mode for
+//     records already in flight (redelivered records are acquired up to
+//     MaxRecords exactly, which that mode allows);
 //   - MinBytes beyond "at least one record";
 //   - releasing a session's records when its connection closes;
 //   - authorization.
@@ -139,7 +144,9 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 		return resp, nil
 	}
 	errs := len(resp.Topics) > 0 && hasShareFetchError(resp)
-	lim := shareFetchLimits{maxRecords: int(req.MaxRecords), maxBytes: int(req.MaxBytes)}
+	// ShareAcquireMode 0 (and v1, which has none) is batch-optimized, 1
+	// record-limit (KIP-1206).
+	lim := shareFetchLimits{maxRecords: int(req.MaxRecords), maxBytes: int(req.MaxBytes), wholeBatches: req.Version < 2 || req.ShareAcquireMode == 0}
 	if lim.maxRecords <= 0 {
 		lim.maxRecords = int(c.cfg.shareMaxFetchRecords)
 	}

@@ -107,8 +107,8 @@ func persistedLag(ps *sharePersisted, lso int64) int64 {
 		return 0
 	}
 	lag := lso - ps.start
-	for o, r := range ps.recs {
-		if o < lso && (r.state == persistAcknowledged || r.state == persistArchived) {
+	for i, r := range ps.recs {
+		if ps.start+int64(i) < lso && r.done() {
 			lag--
 		}
 	}

@@ -112,7 +112,7 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 	if err, msg := sp.checkHeld(req.MemberID, acks, now); err != nil {
 		return err, msg
 	}
-	statePartition := sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
+	statePartition := sc.statePartition(key)
 	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, txnVerifyOnly); err != nil {
 		if err == kerr.TransactionAbortable {
 			// A partition AddShareAcksToTxn did not add: the client

@@ -58,6 +58,39 @@ func TestDeclaredFrameSizeAllocatesNothingUntilBytesArrive(t *testing.T) {
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
 
+// boundedReader fails the test if a Read asks for more than the bytes it
+// has already served (or frameChunk, at first): a frame's buffers must
+// follow what arrived.
+type boundedReader struct {
+	t      *testing.T
+	src    []byte
+	served int
+}
+
+func (r *boundedReader) Read(p []byte) (int, error) {
+	if len(p) > max(frameChunk, r.served) {
+		r.t.Errorf("asked for %d bytes after %d arrived", len(p), r.served)
+	}
+	if len(r.src) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.src[:min(len(r.src), 1+rand.Intn(9000))])
+	r.src, r.served = r.src[n:], r.served+n
+	return n, nil
+}
+
+func TestFramePiecesFollowWhatArrived(t *testing.T) {
+	for _, n := range []int{0, 1, frameChunk, frameChunk + 1, 3*maxFrameChunk + 17, 1 << 20} {
+		body := make([]byte, n)
+		rand.New(rand.NewSource(int64(n))).Read(body)
+		r := &boundedReader{t: t, src: append(binary.BigEndian.AppendUint32(nil, uint32(n)), body...)}
+		frame, err := readFrame(r, 100<<20)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(body, frame), "a %d-byte frame", n)
+		require.Equal(t, n, cap(frame), "the frame's buffer is exactly its size")
+	}
+}
+
 func TestStalledRequestIsClosedByTheReadTimeout(t *testing.T) {
 	c := newTestCluster(t, ReadTimeout(100*time.Millisecond))
 	claimed := dialRaw(t, c)

@@ -222,7 +222,10 @@ func (p *partition) appendProduced(b batchInfo, now time.Time) (base int64, dup 
 			return 0, false, kerr.OutOfOrderSequenceNumber
 		}
 	}
-	raw := append([]byte(nil), b.raw...)
+	// The batch is stored where the request's frame holds it, without a
+	// copy: a frame is never reused (conn.go), and the full slice
+	// expression keeps appends away from the frame's next bytes.
+	raw := b.raw[:len(b.raw):len(b.raw)]
 	sb := p.store(raw, b.lastDelta, b.pid, b.epoch, b.txn, false, b.maxTs, now)
 	if b.pid >= 0 && b.epoch >= 0 {
 		ps := p.producer(b.pid)

@@ -71,11 +71,21 @@ func newShareCoordinator(c *Cluster) *shareCoordinator {
 // stateShard returns the share coordinator serving key: the loaded shard of
 // the node that leads key's __share_group_state partition.
 func (sc *shareCoordinator) stateShard(key shareKey) (*shard[*shareStateShard], *kerr.Error) {
-	p := sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
+	p := sc.statePartition(key)
 	if p == nil {
 		return nil, kerr.CoordinatorNotAvailable
 	}
 	return sc.states.lookup(p.leader, p.index)
+}
+
+// statePartition returns the __share_group_state partition of key. Live
+// state keeps it: naming it takes the key's string form and Java's hash,
+// and the share path asks at every write.
+func (sc *shareCoordinator) statePartition(key shareKey) *partition {
+	if sp := sc.live[key]; sp != nil && sp.statePart != nil {
+		return sp.statePart
+	}
+	return sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
 }
 
 // persisted returns the persisted state of key, or nil if it was never
@@ -150,6 +160,7 @@ func (sc *shareCoordinator) livePartition(key shareKey, p *partition, node int32
 		return nil, err
 	}
 	sp := newLiveSharePartition(key, p, sh.state.parts[key], sh.state.pendingFor(key), sc.deliveryLimit(key.group))
+	sp.statePart = sc.c.coordinatorPartitionFor(coordinatorShare, key.String())
 	sc.addLive(sp)
 	sc.flush(sp, now)
 	sc.c.logger.Debug("share-partition loaded", "key", key.String(), "node", node, "start", sp.start, "end", sp.end())

@@ -46,7 +46,6 @@ package broker
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -108,6 +107,7 @@ type sharePartition struct {
 
 	start int64
 	recs  []shareRecord // offsets start .. start+len(recs)-1
+	buf   []shareRecord // the array recs lives in (share_window.go)
 
 	acquired     int // records ACQUIRED
 	available    int // records AVAILABLE
@@ -118,6 +118,31 @@ type sharePartition struct {
 	persistedStart   int64
 
 	locks *timer // fires at nextDeadline while records are acquired
+
+	// statePart is the __share_group_state partition of key.
+	statePart *partition
+	// pendingBy bounds, per producer, the offsets it has TX_PENDING here,
+	// so that its marker looks there instead of at the whole window.
+	pendingBy map[int64]offsetSpan
+}
+
+// offsetSpan is an inclusive range of offsets.
+type offsetSpan struct{ first, last int64 }
+
+func (s offsetSpan) widen(first, last int64) offsetSpan {
+	return offsetSpan{min(s.first, first), max(s.last, last)}
+}
+
+// notePending records that pid has offsets first..last TX_PENDING.
+func (sp *sharePartition) notePending(pid, first, last int64) {
+	if sp.pendingBy == nil {
+		sp.pendingBy = make(map[int64]offsetSpan)
+	}
+	if s, ok := sp.pendingBy[pid]; ok {
+		sp.pendingBy[pid] = s.widen(first, last)
+		return
+	}
+	sp.pendingBy[pid] = offsetSpan{first, last}
 }
 
 func (sp *sharePartition) end() int64 { return sp.start + int64(len(sp.recs)) }
@@ -163,7 +188,7 @@ func (sp *sharePartition) set(off int64, r shareRecord) {
 // grow appends a record at end.
 func (sp *sharePartition) grow(r shareRecord) {
 	off := sp.end()
-	sp.recs = append(sp.recs, shareRecord{state: shareArchived})
+	sp.recs, sp.buf = appendWindow(sp.recs, sp.buf, shareRecord{state: shareArchived})
 	sp.set(off, r)
 	sp.markDirty(off)
 }
@@ -187,11 +212,8 @@ func (sp *sharePartition) advance() {
 	if n == 0 {
 		return
 	}
-	sp.recs = sp.recs[n:]
+	sp.recs = dropWindow(sp.recs, sp.buf, n)
 	sp.start += int64(n)
-	if len(sp.recs) == 0 {
-		sp.recs = nil // let the old array go
-	}
 }
 
 // takeUpdate returns the update record for the changes since the last one,
@@ -237,21 +259,23 @@ func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pendi
 		}
 	}
 	sp.recs = make([]shareRecord, last-sp.start+1)
+	sp.buf = sp.recs
 	sp.available = len(sp.recs)
-	for o, r := range ps.recs {
+	for i, r := range ps.recs {
 		switch r.state {
 		case persistAcknowledged:
-			sp.recs[o-sp.start] = shareRecord{state: shareAcknowledged, deliveries: r.deliveries}
+			sp.recs[i] = shareRecord{state: shareAcknowledged, deliveries: r.deliveries}
 			sp.available--
 		case persistArchived:
-			sp.recs[o-sp.start] = shareRecord{state: shareArchived, deliveries: r.deliveries}
+			sp.recs[i] = shareRecord{state: shareArchived, deliveries: r.deliveries}
 			sp.available--
 		default:
-			sp.recs[o-sp.start].deliveries = r.deliveries
+			sp.recs[i].deliveries = r.deliveries
 		}
 	}
 	for pid, batches := range pending {
 		for _, b := range batches {
+			sp.notePending(pid, b.First, b.Last)
 			for o := max(b.First, sp.start); o <= b.Last; o++ {
 				if sp.recs[o-sp.start].state == shareAvailable {
 					sp.available--
@@ -281,6 +305,11 @@ type acquireLimits struct {
 	// maxLocks is share.partition.max.record.locks: no new batch is
 	// acquired while the window holds this many offsets.
 	maxLocks int
+	// wholeBatches is ShareFetch's batch-optimized acquire mode (KIP-1206,
+	// Kafka's default): maxRecords is a soft limit, and a batch whose
+	// records are being acquired is acquired to its end, as Kafka does.
+	// Otherwise (record-limit mode) acquisition stops at maxRecords.
+	wholeBatches bool
 }
 
 // upTo is the offset the window may grow to.
@@ -294,16 +323,28 @@ func (sp *sharePartition) upTo(lim acquireLimits) int64 {
 // acquire hands up to maxRecords AVAILABLE records to member: first those
 // already in the window, lowest offset first, then new records (extend).
 // It returns the acquired ranges (consecutive offsets with one delivery
-// count) and the stored batches that hold them.
+// count) and the stored batches that hold them. Offsets are taken in
+// increasing order (the window's, then the new ones past it), so the
+// ranges grow as they are taken.
 func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Time) ([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, []*storedBatch) {
 	deadline := now.Add(lim.lock)
 	sp.archiveDeleted()
-	var acquired []int64
-	take := func(off int64, deliveries int16) {
-		sp.set(off, shareRecord{state: shareAcquired, deliveries: deliveries + 1, member: member, deadline: deadline})
-		acquired = append(acquired, off)
+	var ranges []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord
+	taken := 0
+	note := func(off int64, deliveries int16) {
+		taken++
+		if n := len(ranges); n > 0 && ranges[n-1].LastOffset == off-1 && ranges[n-1].DeliveryCount == deliveries {
+			ranges[n-1].LastOffset = off
+			return
+		}
+		ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
+		ar.FirstOffset, ar.LastOffset, ar.DeliveryCount = off, off, deliveries
+		ranges = append(ranges, ar)
 	}
-	for i := 0; i < len(sp.recs) && sp.available > 0 && len(acquired) < lim.maxRecords; i++ {
+	acquired := func(deliveries int16) shareRecord {
+		return shareRecord{state: shareAcquired, deliveries: deliveries, member: member, deadline: deadline}
+	}
+	for i := 0; i < len(sp.recs) && sp.available > 0 && taken < lim.maxRecords; i++ {
 		r := sp.recs[i]
 		if r.state != shareAvailable {
 			continue
@@ -313,22 +354,26 @@ func (sp *sharePartition) acquire(member string, lim acquireLimits, now time.Tim
 			sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
 			continue
 		}
-		take(off, r.deliveries)
+		sp.set(off, acquired(r.deliveries+1))
+		note(off, r.deliveries+1)
 	}
-	sp.extend(lim, len(acquired), take)
+	sp.extend(lim, func() int { return taken }, func(off int64) {
+		sp.grow(acquired(1))
+		note(off, 1)
+	})
 	sp.advance()
-	if len(acquired) == 0 {
+	if taken == 0 {
 		return nil, nil
 	}
-	return sp.ranges(acquired), sp.batchesHolding(acquired)
+	return ranges, sp.batchesHolding(ranges)
 }
 
 // extend grows the window over new records up to upTo, archiving records
 // of aborted transactions under read_committed and handing the rest
-// (control records included) to take, until maxRecords are taken, maxBytes
-// of batches are used or, at a batch boundary, the window holds maxLocks
-// offsets.
-func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int64, deliveries int16)) {
+// (control records included) to take, which grows the window by the
+// record, until taken() reaches maxRecords, maxBytes of batches are used
+// or, at a batch boundary, the window holds maxLocks offsets.
+func (sp *sharePartition) extend(lim acquireLimits, taken func() int, take func(off int64)) {
 	p := sp.p
 	upTo := sp.upTo(lim)
 	if sp.end() < p.logStart {
@@ -337,7 +382,7 @@ func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int
 		}
 		sp.start = p.logStart
 	}
-	if sp.end() >= upTo || taken >= lim.maxRecords {
+	if sp.end() >= upTo || taken() >= lim.maxRecords {
 		return
 	}
 	var aborted []abortedTxn
@@ -345,9 +390,9 @@ func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int
 		aborted = p.abortedIn(sp.end(), upTo)
 	}
 	bytes := 0
-	for i := p.batchIndex(sp.end()); i < len(p.batches) && taken < lim.maxRecords; i++ {
+	for i := p.batchIndex(sp.end()); i < len(p.batches) && taken() < lim.maxRecords; i++ {
 		b := p.batches[i]
-		if b.base >= upTo || (taken > 0 && bytes+len(b.raw) > lim.maxBytes) {
+		if b.base >= upTo || (taken() > 0 && bytes+len(b.raw) > lim.maxBytes) {
 			return
 		}
 		if sp.end() <= b.base && len(sp.recs) >= lim.maxLocks {
@@ -355,14 +400,15 @@ func (sp *sharePartition) extend(lim acquireLimits, taken int, take func(off int
 		}
 		bytes += len(b.raw)
 		skip := !b.control && b.txn && batchAborted(b, aborted)
-		for off := max(b.base, sp.end()); off <= b.last && taken < lim.maxRecords; off++ {
+		// A fetch carries whole stored batches: records of a batch left
+		// for later fetches would travel, and be decoded, again with
+		// each of them.
+		for off := max(b.base, sp.end()); off <= b.last && (taken() < lim.maxRecords || lim.wholeBatches); off++ {
 			if skip {
 				sp.grow(shareRecord{state: shareArchived})
 				continue
 			}
-			sp.grow(shareRecord{state: shareAvailable})
-			take(off, 0)
-			taken++
+			take(off)
 		}
 	}
 }
@@ -390,33 +436,16 @@ func batchAborted(b *storedBatch, aborted []abortedTxn) bool {
 	return false
 }
 
-// ranges groups sorted acquired offsets into runs of consecutive offsets
-// with one delivery count.
-func (sp *sharePartition) ranges(offsets []int64) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
-	var out []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord
-	for _, o := range offsets {
-		d := sp.recs[o-sp.start].deliveries
-		if n := len(out); n > 0 && out[n-1].LastOffset == o-1 && out[n-1].DeliveryCount == d {
-			out[n-1].LastOffset = o
-			continue
-		}
-		ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
-		ar.FirstOffset, ar.LastOffset, ar.DeliveryCount = o, o, d
-		out = append(out, ar)
-	}
-	return out
-}
-
-// batchesHolding returns the stored batches that hold the sorted offsets.
-func (sp *sharePartition) batchesHolding(offsets []int64) []*storedBatch {
+// batchesHolding returns the stored batches that hold the ranges, which
+// are in offset order.
+func (sp *sharePartition) batchesHolding(ranges []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord) []*storedBatch {
 	var out []*storedBatch
-	for _, o := range offsets {
+	for _, r := range ranges {
+		o := r.FirstOffset
 		if n := len(out); n > 0 && out[n-1].last >= o {
-			continue
+			o = out[n-1].last + 1
 		}
-		i := sp.p.batchIndex(o)
-		if i < len(sp.p.batches) && sp.p.batches[i].base <= o {
+		for i := sp.p.batchIndex(o); i < len(sp.p.batches) && sp.p.batches[i].base <= r.LastOffset; i++ {
 			out = append(out, sp.p.batches[i])
 		}
 	}
@@ -516,6 +545,7 @@ func (sp *sharePartition) dropDone(acks []shareAck) []shareAck {
 // the caller has checked them with checkHeld and written the staged record.
 func (sp *sharePartition) stage(acks []shareAck, pid int64, epoch int16) {
 	for _, a := range acks {
+		sp.notePending(pid, a.first, a.last)
 		for off := a.first; off <= a.last; off++ {
 			r := sp.recs[off-sp.start]
 			sp.set(off, shareRecord{state: shareTxPending, deliveries: r.deliveries, pid: pid, epoch: epoch, ack: a.typeAt(off)})
@@ -564,13 +594,17 @@ func (sp *sharePartition) staged(acks []shareAck) []shareStagedBatch {
 
 // resolve applies a transaction outcome to the records pid staged.
 func (sp *sharePartition) resolve(pid int64, commit bool, limit int32) int {
+	span, ok := sp.pendingBy[pid]
+	if !ok {
+		return 0
+	}
+	delete(sp.pendingBy, pid)
 	n := 0
-	for i := range sp.recs {
-		r := sp.recs[i]
+	for off := max(span.first, sp.start); off <= min(span.last, sp.end()-1); off++ {
+		r := sp.recs[off-sp.start]
 		if r.state != shareTxPending || r.pid != pid {
 			continue
 		}
-		off := sp.start + int64(i)
 		n++
 		switch {
 		case commit && r.ack == wire.AckAccept:

@@ -22,7 +22,7 @@ func shareTestLog(n int) *partition {
 }
 
 func shareTestPartition(p *partition) *sharePartition {
-	ps := &sharePersisted{stateEpoch: 1, recs: map[int64]persistedRecord{}}
+	ps := &sharePersisted{stateEpoch: 1}
 	return newLiveSharePartition(shareKey{group: "g", topicID: p.topic.id}, p, ps, nil, 3)
 }
 
@@ -299,4 +299,30 @@ func TestParseShareAcks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(0), acks[0].first, "sorted")
 	require.Equal(t, wire.AckReject, acks[1].typeAt(6))
+}
+
+// TestShareResolveTouchesOnlyItsProducer: a marker resolves its producer's
+// TX_PENDING records, wherever they sit in the window, and no other
+// producer's; a reloaded share-partition knows where each producer's
+// pending records are too.
+func TestShareResolveTouchesOnlyItsProducer(t *testing.T) {
+	now := time.Now()
+	sp := shareTestPartition(shareTestLog(12))
+	require.Len(t, acquiredOffsets(sp, "m", 12, now), 12)
+	sp.stage([]shareAck{{first: 6, last: 9, types: []wire.AckType{wire.AckAccept}}}, 2, 0)
+	sp.stage([]shareAck{{first: 0, last: 2, types: []wire.AckType{wire.AckAccept}}}, 1, 0)
+	sp.stage([]shareAck{{first: 10, last: 11, types: []wire.AckType{wire.AckReject}}}, 1, 0)
+	require.Equal(t, 0, sp.resolve(3, true, 3), "a producer with nothing staged here")
+	require.Equal(t, 5, sp.resolve(1, true, 3), "0-2 and 10-11, not 6-9")
+	require.Equal(t, 0, sp.resolve(1, true, 3), "resolved once")
+	for off, want := range map[int64]shareRecordState{3: shareAcquired, 6: shareTxPending, 9: shareTxPending, 10: shareArchived, 11: shareArchived} {
+		require.Equal(t, want, sp.recs[off-sp.start].state, "offset %d", off)
+	}
+	require.Equal(t, int64(3), sp.start, "0-2 are done")
+
+	// Reloaded from what was persisted: producer 2's records are pending.
+	pending := map[int64][]shareStagedBatch{2: {{First: 6, Last: 9, Ack: wire.AckAccept, Deliveries: 1}}}
+	re := newLiveSharePartition(sp.key, sp.p, &sharePersisted{stateEpoch: 1, start: 3}, pending, 3)
+	require.Equal(t, 4, re.resolve(2, false, 3), "an abort releases 6-9")
+	require.Equal(t, shareAvailable, re.recs[6-re.start].state)
 }

@@ -372,3 +372,59 @@ func TestShareFetchWaitsThenAnswersEmpty(t *testing.T) {
 	require.NoError(t, txnErr(resp.ErrorCode))
 	require.Empty(t, resp.Topics, "nothing to acquire: the long poll ends empty")
 }
+
+// TestShareFetchAcquireModes: in batch-optimized mode (ShareAcquireMode 0,
+// and v1, which has no mode) MaxRecords is soft, as in Kafka: the batch
+// being acquired is acquired to its end, and no further batch; in
+// record-limit mode (1) acquisition stops at MaxRecords.
+func TestShareFetchAcquireModes(t *testing.T) {
+	c := newTestCluster(t, Nodes(1))
+	createTopic(t, c, "in", 1)
+	admin := newTestClient(t, c)
+	prod := shareProducer(t, c)
+	for range 2 { // two batches of ten records
+		shareProduce(t, prod, "in", 1, shareValues("v", 10)...)
+	}
+	for _, tc := range []struct {
+		name    string
+		version int16
+		mode    int8
+		want    []int // offsets acquired by three fetches of MaxRecords 3
+	}{
+		{"v2 batch-optimized", 2, 0, []int{10, 10, 0}},
+		{"v1 (batch-optimized)", 1, 0, []int{10, 10, 0}},
+		{"v2 record-limit", 2, 1, []int{3, 3, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			group := "g-" + tc.name
+			shareSetGroupConfigs(t, admin, group, "share.auto.offset.reset", "earliest")
+			m := shareJoin(t, c, group, "m", "in")
+			var got []int
+			for range 3 {
+				req := kmsg.NewPtrShareFetchRequest()
+				req.Version = tc.version
+				req.GroupID, req.MemberID = &m.group, &m.id
+				req.ShareSessionEpoch = m.sessions[0]
+				req.MaxRecords, req.BatchSize, req.MaxBytes = 3, 3, 1<<20
+				req.ShareAcquireMode = tc.mode
+				rt := kmsg.NewShareFetchRequestTopic()
+				rt.TopicID = m.topicID("in")
+				rt.Partitions = append(rt.Partitions, kmsg.NewShareFetchRequestTopicPartition())
+				req.Topics = append(req.Topics, rt)
+				resp := txnWire(t, c, 0, req).(*kmsg.ShareFetchResponse)
+				require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
+				m.sessions[0]++
+				n := 0
+				for _, rt := range resp.Topics {
+					for _, rp := range rt.Partitions {
+						for _, ar := range rp.AcquiredRecords {
+							n += int(ar.LastOffset - ar.FirstOffset + 1)
+						}
+					}
+				}
+				got = append(got, n)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

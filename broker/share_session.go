@@ -176,8 +176,9 @@ type shareFetchWait struct {
 
 // shareFetchLimits bounds one ShareFetch.
 type shareFetchLimits struct {
-	maxRecords int
-	maxBytes   int
+	maxRecords   int
+	maxBytes     int
+	wholeBatches bool // batch-optimized acquire mode (acquireLimits)
 }
 
 // park waits for records in the session's partitions.
@@ -230,6 +231,7 @@ func (sc *shareCoordinator) acquireLimits(group string, lim shareFetchLimits) ac
 		limit:         sc.deliveryLimit(group),
 		readCommitted: sc.readCommitted(group),
 		maxLocks:      sc.maxRecordLocks(group),
+		wholeBatches:  lim.wholeBatches,
 	}
 }
 
@@ -250,14 +252,39 @@ type shareFetchFill struct {
 
 // prepare copies the batches into the answer; it runs off the loop.
 func (a *shareFetchAnswer) prepare() kmsg.Response {
-	for _, f := range a.fills {
-		rp := a.partition(f.tp)
-		for _, b := range f.batches {
+	for tp, batches := range a.byPartition() {
+		n := 0
+		for _, b := range batches {
+			n += len(b.raw)
+		}
+		rp := a.partition(tp)
+		rp.Records = make([]byte, 0, n)
+		for _, b := range batches {
 			rp.Records = append(rp.Records, b.raw...)
 		}
 	}
 	a.fills = nil
 	return a.ShareFetchResponse
+}
+
+// byPartition gathers the fills by partition (a parked fetch may fill one
+// partition twice), in the order they were filled.
+func (a *shareFetchAnswer) byPartition() map[shareTP][]*storedBatch {
+	out := make(map[shareTP][]*storedBatch, len(a.fills))
+	for _, f := range a.fills {
+		out[f.tp] = append(out[f.tp], f.batches...)
+	}
+	return out
+}
+
+// splice marks the partitions with batches (splice.go).
+func (a *shareFetchAnswer) splice(mark func(int) []byte) (kmsg.Response, [][]*storedBatch) {
+	var out [][]*storedBatch
+	for tp, batches := range a.byPartition() {
+		a.partition(tp).Records = mark(len(out))
+		out = append(out, batches)
+	}
+	return a.ShareFetchResponse, out
 }
 
 // fetchInto acquires records for the session's member from the session's
@@ -298,7 +325,7 @@ func (sc *shareCoordinator) fetchInto(node int32, s *shareSession, lim shareFetc
 			errs = true
 			continue
 		}
-		alim := sc.acquireLimits(group, shareFetchLimits{maxRecords: lim.maxRecords - total, maxBytes: lim.maxBytes - bytes})
+		alim := sc.acquireLimits(group, shareFetchLimits{maxRecords: lim.maxRecords - total, maxBytes: lim.maxBytes - bytes, wholeBatches: lim.wholeBatches})
 		if !sp.hasWork(alim) {
 			continue
 		}

@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/kshare-go/kshare/wire"
 )
@@ -109,9 +110,22 @@ type shareStateValue struct {
 	Staged      []shareStagedBatch `json:"staged,omitempty"`
 }
 
+// encodeShareStateKey writes the key as encoding/json would
+// (json_append.go).
 func encodeShareStateKey(k shareKey) []byte {
-	b, _ := json.Marshal(shareStateRecordKey{Group: k.group, TopicID: uuidString(k.topicID), Partition: k.partition}) // plain strings and ints always marshal
-	return b
+	id := uuidString(k.topicID) // base64url: plain
+	b := make([]byte, 0, 48+len(k.group)+len(id))
+	b = append(b, `{"group":`...)
+	b, plain := appendPlainString(b, k.group)
+	if !plain {
+		b, _ = json.Marshal(shareStateRecordKey{Group: k.group, TopicID: id, Partition: k.partition}) // strings and ints always marshal
+		return b
+	}
+	b = append(b, `,"topicId":"`...)
+	b = append(b, id...)
+	b = append(b, `","partition":`...)
+	b = strconv.AppendInt(b, int64(k.partition), 10)
+	return append(b, '}')
 }
 
 func decodeShareStateKey(raw []byte) (shareKey, error) {
@@ -126,12 +140,61 @@ func decodeShareStateKey(raw []byte) (shareKey, error) {
 	return shareKey{group: rk.Group, topicID: [16]byte(id), partition: rk.Partition}, nil
 }
 
+// encodeShareStateValue writes v as encoding/json would (a test checks
+// that): this runs for every change of a share-partition, and reflection
+// was a visible part of the share path's profile.
 func encodeShareStateValue(v *shareStateValue) []byte {
 	if v == nil {
 		return nil
 	}
-	b, _ := json.Marshal(v) // only ints, strings and slices of them
-	return b
+	b := make([]byte, 0, 64+48*(len(v.Batches)+len(v.Staged)))
+	b = append(b, `{"kind":`...)
+	b = strconv.AppendQuote(b, v.Kind) // one of the kind constants: plain ASCII
+	b = append(b, `,"stateEpoch":`...)
+	b = strconv.AppendInt(b, int64(v.StateEpoch), 10)
+	if v.StartOffset != 0 {
+		b = append(b, `,"startOffset":`...)
+		b = strconv.AppendInt(b, v.StartOffset, 10)
+	}
+	b = appendStateList(b, "batches", v.Batches, func(b []byte, x shareStateBatch) []byte {
+		return appendStateRange(b, x.First, x.Last, "state", int64(x.State), x.Deliveries)
+	})
+	b = appendStateList(b, "staged", v.Staged, func(b []byte, x shareStagedBatch) []byte {
+		return appendStateRange(b, x.First, x.Last, "ack", int64(x.Ack), x.Deliveries)
+	})
+	return append(b, '}')
+}
+
+// appendStateList appends ,"<name>":[...] unless xs is empty (omitempty).
+func appendStateList[T any](b []byte, name string, xs []T, each func([]byte, T) []byte) []byte {
+	if len(xs) == 0 {
+		return b
+	}
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":[`...)
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = each(b, x)
+	}
+	return append(b, ']')
+}
+
+// appendStateRange appends {"first":f,"last":l,"<name>":v,"deliveries":d}.
+func appendStateRange(b []byte, first, last int64, name string, v int64, deliveries int16) []byte {
+	b = append(b, `{"first":`...)
+	b = strconv.AppendInt(b, first, 10)
+	b = append(b, `,"last":`...)
+	b = strconv.AppendInt(b, last, 10)
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":`...)
+	b = strconv.AppendInt(b, v, 10)
+	b = append(b, `,"deliveries":`...)
+	b = strconv.AppendInt(b, int64(deliveries), 10)
+	return append(b, '}')
 }
 
 // decodeShareStateValue returns nil for a tombstone.
@@ -160,20 +223,66 @@ type persistedRecord struct {
 type sharePersisted struct {
 	stateEpoch int32
 	start      int64
-	recs       map[int64]persistedRecord
-	updates    int // since the last snapshot
+	// recs holds offsets start .. start+len(recs)-1; an offset past them,
+	// or one no record named, is AVAILABLE with no deliveries (the zero
+	// persistedRecord).
+	recs    []persistedRecord
+	buf     []persistedRecord // the array recs lives in (share_window.go)
+	updates int               // since the last snapshot
+}
+
+// maxPersistedSpan bounds how far past its start offset a share-partition's
+// state may name an offset. The broker writes only offsets of the live
+// window (share.partition.max.record.locks, at most 4000, plus the rest of
+// one batch), so a record beyond is damage, refused rather than allocated.
+const maxPersistedSpan = 1 << 22
+
+// set gives offsets first..last the persisted state r; offsets before the
+// start offset are done and ignored.
+func (sp *sharePersisted) set(first, last int64, r persistedRecord) error {
+	first = max(first, sp.start)
+	if last < first {
+		return nil
+	}
+	if last-sp.start >= maxPersistedSpan {
+		return fmt.Errorf("offset %d is more than %d past the start offset %d", last, maxPersistedSpan, sp.start)
+	}
+	for int64(len(sp.recs)) <= last-sp.start {
+		sp.recs, sp.buf = appendWindow(sp.recs, sp.buf, persistedRecord{})
+	}
+	for o := first; o <= last; o++ {
+		sp.recs[o-sp.start] = r
+	}
+	return nil
+}
+
+// at returns the persisted state of offset o (at or after start).
+func (sp *sharePersisted) at(o int64) persistedRecord {
+	if i := o - sp.start; i >= 0 && i < int64(len(sp.recs)) {
+		return sp.recs[i]
+	}
+	return persistedRecord{}
+}
+
+func (r persistedRecord) done() bool {
+	return r.state == persistAcknowledged || r.state == persistArchived
 }
 
 // advance moves the start offset past the ACKNOWLEDGED and ARCHIVED
 // offsets at its head and forgets what lies before it.
 func (sp *sharePersisted) advance() {
-	for {
-		r, ok := sp.recs[sp.start]
-		if !ok || (r.state != persistAcknowledged && r.state != persistArchived) {
-			return
-		}
-		delete(sp.recs, sp.start)
-		sp.start++
+	n := 0
+	for n < len(sp.recs) && sp.recs[n].done() {
+		n++
+	}
+	sp.drop(n)
+}
+
+// drop forgets the first n offsets.
+func (sp *sharePersisted) drop(n int) {
+	if n > 0 {
+		sp.recs = dropWindow(sp.recs, sp.buf, n)
+		sp.start += int64(n)
 	}
 }
 
@@ -181,24 +290,21 @@ func (sp *sharePersisted) moveStart(start int64) {
 	if start <= sp.start {
 		return
 	}
-	for o := range sp.recs {
-		if o < start {
-			delete(sp.recs, o)
-		}
-	}
+	n := int(min(start-sp.start, int64(len(sp.recs))))
+	sp.drop(n)
 	sp.start = start
 }
 
 // batches lists the persisted offsets as coalesced batches, by offset.
+// Offsets AVAILABLE with no deliveries are left out (as they are when no
+// record names them), except the last, which keeps the window's end.
 func (sp *sharePersisted) batches() []shareStateBatch {
-	offsets := make([]int64, 0, len(sp.recs))
-	for o := range sp.recs {
-		offsets = append(offsets, o)
-	}
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
 	var out []shareStateBatch
-	for _, o := range offsets {
-		r := sp.recs[o]
+	for i, r := range sp.recs {
+		if r == (persistedRecord{}) && i < len(sp.recs)-1 {
+			continue
+		}
+		o := sp.start + int64(i)
 		if n := len(out); n > 0 && out[n-1].Last == o-1 && out[n-1].State == r.state && out[n-1].Deliveries == r.deliveries {
 			out[n-1].Last = o
 			continue
@@ -209,15 +315,7 @@ func (sp *sharePersisted) batches() []shareStateBatch {
 }
 
 // last returns the highest persisted offset, or start-1.
-func (sp *sharePersisted) last() int64 {
-	last := sp.start - 1
-	for o := range sp.recs {
-		if o > last {
-			last = o
-		}
-	}
-	return last
-}
+func (sp *sharePersisted) last() int64 { return sp.start + int64(len(sp.recs)) - 1 }
 
 // sharePending is one transactional write of staged acknowledgements that
 // no marker has resolved yet.
@@ -272,10 +370,10 @@ func (st *shareStateShard) apply(key shareKey, v *shareStateValue, pid int64, ep
 		return fmt.Errorf("share state %s record in a batch with producer id %d", v.Kind, pid)
 	}
 	if v.Kind == shareKindSnapshot {
-		sp := &sharePersisted{stateEpoch: v.StateEpoch, start: v.StartOffset, recs: make(map[int64]persistedRecord)}
+		sp := &sharePersisted{stateEpoch: v.StateEpoch, start: v.StartOffset}
 		for _, b := range v.Batches {
-			for o := max(b.First, sp.start); o <= b.Last; o++ {
-				sp.recs[o] = persistedRecord{state: b.State, deliveries: b.Deliveries}
+			if err := sp.set(b.First, b.Last, persistedRecord{state: b.State, deliveries: b.Deliveries}); err != nil {
+				return fmt.Errorf("share state snapshot: %w", err)
 			}
 		}
 		st.parts[key] = sp
@@ -294,8 +392,8 @@ func (st *shareStateShard) apply(key shareKey, v *shareStateValue, pid int64, ep
 	}
 	sp.moveStart(v.StartOffset)
 	for _, b := range v.Batches {
-		for o := max(b.First, sp.start); o <= b.Last; o++ {
-			sp.recs[o] = persistedRecord{state: b.State, deliveries: b.Deliveries}
+		if err := sp.set(b.First, b.Last, persistedRecord{state: b.State, deliveries: b.Deliveries}); err != nil {
+			return fmt.Errorf("share state update: %w", err)
 		}
 	}
 	sp.advance()
@@ -325,9 +423,9 @@ func (st *shareStateShard) resolve(pid int64, commit bool) []shareKey {
 					state = persistArchived
 				}
 			}
-			for o := max(b.First, sp.start); o <= b.Last; o++ {
-				sp.recs[o] = persistedRecord{state: state, deliveries: b.Deliveries}
-			}
+			// Staged offsets were checked against the live window
+			// when they were written: set cannot refuse them.
+			_ = sp.set(b.First, b.Last, persistedRecord{state: state, deliveries: b.Deliveries})
 		}
 		sp.advance()
 		keys = append(keys, e.key)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -200,7 +201,7 @@ func (c *Cluster) coordinatorPartitionFor(keyType int8, key string) *partition {
 
 // shareStateKey is the __share_group_state key of one share-partition.
 func shareStateKey(group string, topicID [16]byte, partition int32) string {
-	return fmt.Sprintf("%s:%s:%d", group, uuidString(topicID), partition)
+	return group + ":" + uuidString(topicID) + ":" + strconv.Itoa(int(partition))
 }
 
 // uuidString renders a topic id as Kafka does: URL-safe base64, no padding.

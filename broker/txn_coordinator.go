@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -188,7 +189,60 @@ type txnRecord struct {
 	UpdateMs       int64              `json:"updateMs"`
 }
 
+// encodeTxnMeta writes m's record as encoding/json writes a txnRecord
+// (json_append.go): by hand, unless a topic name needs escaping.
 func encodeTxnMeta(m *txnMeta) ([]byte, error) {
+	parts := sortedPartitions(m.partitions)
+	b := make([]byte, 0, 200+32*len(parts))
+	b = append(b, `{"producerId":`...)
+	b = strconv.AppendInt(b, m.producerID, 10)
+	b = append(b, `,"prevProducerId":`...)
+	b = strconv.AppendInt(b, m.prevProducerID, 10)
+	b = append(b, `,"nextProducerId":`...)
+	b = strconv.AppendInt(b, m.nextProducerID, 10)
+	b = append(b, `,"epoch":`...)
+	b = strconv.AppendInt(b, int64(m.epoch), 10)
+	b = append(b, `,"lastEpoch":`...)
+	b = strconv.AppendInt(b, int64(m.lastEpoch), 10)
+	b = append(b, `,"timeoutMs":`...)
+	b = strconv.AppendInt(b, int64(m.timeoutMs), 10)
+	b = append(b, `,"state":`...)
+	plain := true
+	b, plain = appendPlainString(b, m.state.String())
+	if plain && len(parts) > 0 {
+		b = append(b, `,"partitions":{`...)
+		for i, tp := range parts {
+			switch {
+			case i == 0:
+			case tp.topic == parts[i-1].topic:
+				b = append(b, ',')
+				b = strconv.AppendInt(b, int64(tp.partition), 10)
+				continue
+			default:
+				b = append(b, "],"...)
+			}
+			if b, plain = appendPlainString(b, tp.topic); !plain {
+				break
+			}
+			b = append(b, ":["...)
+			b = strconv.AppendInt(b, int64(tp.partition), 10)
+		}
+		b = append(b, "]}"...)
+	}
+	if plain {
+		b = append(b, `,"tv":`...)
+		b = strconv.AppendInt(b, int64(m.tv), 10)
+		b = append(b, `,"startMs":`...)
+		b = strconv.AppendInt(b, m.startMs, 10)
+		b = append(b, `,"updateMs":`...)
+		b = strconv.AppendInt(b, m.updateMs, 10)
+		return append(b, '}'), nil
+	}
+	return encodeTxnMetaJSON(m)
+}
+
+// encodeTxnMetaJSON is encodeTxnMeta by encoding/json.
+func encodeTxnMetaJSON(m *txnMeta) ([]byte, error) {
 	rec := txnRecord{
 		ProducerID:     m.producerID,
 		PrevProducerID: m.prevProducerID,

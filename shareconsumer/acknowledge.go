@@ -174,6 +174,7 @@ func (s *session) doAck(st step) {
 				sr.renewing = false
 			}
 		}
+		s.renewRescanLocked()
 		c.mu.Unlock()
 		failAll(st.jobs, jobErr)
 		failAll(failJobs, jobErr)

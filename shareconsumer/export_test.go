@@ -27,3 +27,15 @@ func SetUnknownTopicTimeout(d time.Duration) (restore func()) {
 	unknownTopicTimeout = d
 	return func() { unknownTopicTimeout = old }
 }
+
+// SessionWork returns the steps of c's share sessions and their full
+// scans of staged records for renewals (tests only).
+func SessionWork(c *Consumer) (steps, scans int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.sessOrder {
+		steps += s.steps
+		scans += s.renewScans
+	}
+	return steps, scans
+}

@@ -83,7 +83,10 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 		}
 	}
 	if fr.AcquisitionLockTimeoutMillis > 0 {
-		s.lockDur = time.Duration(fr.AcquisitionLockTimeoutMillis) * time.Millisecond
+		if d := time.Duration(fr.AcquisitionLockTimeoutMillis) * time.Millisecond; d != s.lockDur {
+			s.lockDur = d
+			s.renewRescanLocked()
+		}
 	} else if s.lockDur == 0 {
 		s.lockDur = defaultLockDuration
 	}

@@ -40,7 +40,13 @@ type acquisition struct {
 	lockDur    time.Duration
 	states     []recState
 	decisions  []wire.AckType // Explicit mode: the type Ack gave each offset
-	live       int            // offsets not stFree
+	// staged holds, by index, the staging of each offset in state
+	// stStaged (Transactional mode; nil until one is staged). Kept with
+	// the acquisition rather than in a map by offset: staging and
+	// resolving a transaction's records were map inserts, growths and
+	// deletes for every record.
+	staged []*stagedRec
+	live   int // offsets not stFree
 	// dead is set when the lock is known to be lost (session reset, leader
 	// moved, member fenced); the records must not be acknowledged.
 	dead bool
@@ -98,10 +104,17 @@ type stagedRec struct {
 	stopped bool
 }
 
+// stagedAt returns the staging of the offset at idx, if it is staged.
+func (a *acquisition) stagedAt(idx int) *stagedRec {
+	if a.staged == nil || a.states[idx] != stStaged {
+		return nil
+	}
+	return a.staged[idx]
+}
+
 // partState is what the consumer holds in one partition.
 type partState struct {
-	acqs   []*acquisition
-	staged map[int64]*stagedRec
+	acqs []*acquisition
 }
 
 // heldSet is every record the consumer holds. All of it is guarded by the
@@ -126,15 +139,34 @@ func (h *heldSet) part(tp kshare.TopicPartition) *partState {
 // index in it. Only one acquisition holds an offset: a newer one frees it
 // in the older.
 func (h *heldSet) find(tp kshare.TopicPartition, off int64) (*acquisition, int, bool) {
-	p := h.parts[tp]
-	if p == nil {
+	f := finder{p: h.parts[tp]}
+	return f.find(off)
+}
+
+// finder finds offsets of one partition, remembering the acquisition it
+// found last: a transaction's records come partition by partition, mostly
+// in offset order, so most lookups end there (Acks and Stage look every
+// record up).
+type finder struct {
+	p    *partState
+	last *acquisition
+}
+
+func (f *finder) find(off int64) (*acquisition, int, bool) {
+	if a := f.last; a != nil && a.contains(off) {
+		if idx := int(off - a.first); a.states[idx] != stFree {
+			return a, idx, true // the holder: a newer acquisition would have freed it here
+		}
+	}
+	if f.p == nil {
 		return nil, 0, false
 	}
-	for i := len(p.acqs) - 1; i >= 0; i-- {
-		a := p.acqs[i]
+	for i := len(f.p.acqs) - 1; i >= 0; i-- {
+		a := f.p.acqs[i]
 		if a.contains(off) {
 			idx := int(off - a.first)
 			if a.states[idx] != stFree {
+				f.last = a
 				return a, idx, true
 			}
 		}
@@ -155,8 +187,8 @@ func (h *heldSet) add(a *acquisition) {
 			if old.states[idx] == stFree {
 				continue
 			}
-			if sr := p.staged[off]; sr != nil && sr.acq == old {
-				delete(p.staged, off)
+			if old.staged != nil {
+				old.staged[idx] = nil
 			}
 			old.set(idx, stFree)
 		}
@@ -180,7 +212,7 @@ func (h *heldSet) compact(tp kshare.TopicPartition) {
 	}
 	clear(p.acqs[len(kept):])
 	p.acqs = kept
-	if len(p.acqs) == 0 && len(p.staged) == 0 {
+	if len(p.acqs) == 0 { // a staged offset keeps its acquisition
 		delete(h.parts, tp)
 	}
 }
@@ -221,10 +253,8 @@ func (h *heldSet) kill(match func(*acquisition) bool) {
 // lockDeadline is the deadline of the record at idx of a: a staged record's
 // renewals move it.
 func (h *heldSet) lockDeadline(a *acquisition, idx int) time.Time {
-	if a.states[idx] == stStaged {
-		if sr := h.parts[a.tp].staged[a.first+int64(idx)]; sr != nil && sr.acq == a {
-			return sr.deadline
-		}
+	if sr := a.stagedAt(idx); sr != nil {
+		return sr.deadline
 	}
 	return a.deadline
 }

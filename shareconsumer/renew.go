@@ -25,36 +25,67 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]
 	if s.c.cfg.mode != Transactional {
 		return nil, time.Time{}
 	}
-	lock := s.lockDur
-	if lock == 0 {
-		lock = defaultLockDuration
+	ahead := s.renewAheadLocked()
+	if !s.renewStale && (s.renewAt.IsZero() || now.Before(s.renewAt)) {
+		return nil, s.renewAt
 	}
-	ahead := lock / 2
+	s.renewScans++
 	var due map[kshare.TopicPartition][]*stagedRec
 	var next time.Time
 	for tp, p := range s.c.held.parts {
-		for _, sr := range p.staged {
-			if sr.acq.sess != s || sr.acq.dead || sr.stopped || sr.renewing {
+		for _, a := range p.acqs {
+			if a.sess != s || a.dead || a.staged == nil {
 				continue
 			}
-			if !now.Before(sr.deadline) {
-				sr.stopped = true
-				continue
-			}
-			at := sr.deadline.Add(-ahead)
-			if now.Before(at) {
-				if next.IsZero() || at.Before(next) {
-					next = at
+			for idx := range a.staged {
+				sr := a.stagedAt(idx)
+				if sr == nil || sr.stopped || sr.renewing {
+					continue
 				}
-				continue
+				if !now.Before(sr.deadline) {
+					sr.stopped = true
+					continue
+				}
+				at := sr.deadline.Add(-ahead)
+				if now.Before(at) {
+					if next.IsZero() || at.Before(next) {
+						next = at
+					}
+					continue
+				}
+				if due == nil {
+					due = make(map[kshare.TopicPartition][]*stagedRec)
+				}
+				due[tp] = append(due[tp], sr)
 			}
-			if due == nil {
-				due = make(map[kshare.TopicPartition][]*stagedRec)
-			}
-			due[tp] = append(due[tp], sr)
 		}
 	}
+	// What is due now is renewed (or probed for) by this step; until the
+	// step has marked it renewing, scan again.
+	s.renewAt, s.renewStale = next, len(due) > 0
 	return due, next
+}
+
+// renewRescanLocked makes the next step scan the staged records again:
+// something may be due for renewal sooner than the last scan found.
+func (s *session) renewRescanLocked() { s.renewStale = true }
+
+// renewDueByLocked tells the session that a record whose lock ends at
+// deadline was staged: its renewal falls due half a lock duration before.
+func (s *session) renewDueByLocked(deadline time.Time) {
+	at := deadline.Add(-s.renewAheadLocked())
+	if s.renewAt.IsZero() || at.Before(s.renewAt) {
+		s.renewAt = at
+	}
+}
+
+// renewAheadLocked is how long before its lock ends a staged record is
+// renewed: half the lock duration.
+func (s *session) renewAheadLocked() time.Duration {
+	if s.lockDur == 0 {
+		return defaultLockDuration / 2
+	}
+	return s.lockDur / 2
 }
 
 // renewStepLocked builds a ShareAcknowledge that renews the due records.
@@ -150,6 +181,7 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 	if lockMillis > 0 {
 		lock = time.Duration(lockMillis) * time.Millisecond
 	}
+	s.renewRescanLocked()
 	for tp, srs := range st.renews {
 		err := failed[tp]
 		for _, sr := range srs {

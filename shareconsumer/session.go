@@ -58,6 +58,17 @@ type session struct {
 	needMeta  bool
 	lockDur   time.Duration
 	renewCap  int8 // 0 unknown, 1 ShareAcknowledge v2 (RENEW), -1 not
+	// renewAt is when a staged record of this session is due for renewal
+	// next (zero: none), as the last scan found; renewStale forces a scan
+	// sooner (records staged, a renewal given up, the lock duration
+	// changed). Without it every step of the session scanned every staged
+	// record.
+	renewAt    time.Time
+	renewStale bool
+	// steps and renewScans count the session's steps and its full scans
+	// of the staged records, so that tests can assert that scans do not
+	// grow with steps.
+	steps, renewScans int
 }
 
 // fetchResult is one ShareFetch's records, grouped by acquisition.
@@ -80,12 +91,13 @@ func (c *Consumer) sessionLocked(node int32) *session {
 		return nil
 	}
 	s := &session{
-		c:         c,
-		node:      node,
-		wake:      make(chan struct{}, 1),
-		want:      make(map[kshare.TopicPartition]struct{}),
-		inSession: make(map[kshare.TopicPartition]struct{}),
-		bo:        retry.NewBackoff(),
+		c:          c,
+		node:       node,
+		wake:       make(chan struct{}, 1),
+		want:       make(map[kshare.TopicPartition]struct{}),
+		inSession:  make(map[kshare.TopicPartition]struct{}),
+		bo:         retry.NewBackoff(),
+		renewStale: true,
 	}
 	c.sessions[node] = s
 	c.sessOrder = append(c.sessOrder, s)
@@ -197,6 +209,7 @@ func (s *session) failOutbox(err error) {
 // send queued acknowledgements on their own; otherwise wait.
 func (s *session) nextLocked(now time.Time) step {
 	c := s.c
+	s.steps++
 	if c.closing {
 		if s.epoch == openEpoch {
 			return step{kind: stepExit}

@@ -41,18 +41,24 @@ func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAc
 	acks := acktrack.New((*tracker)(c))
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var f finder
+	var ftp kshare.TopicPartition
 	for _, r := range records {
 		if r == nil {
 			continue
 		}
-		tp := kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		if tp := (kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}); f.p == nil || tp != ftp {
+			f, ftp = finder{p: c.held.parts[tp]}, tp
+		}
 		rec := acktrack.Record{Offset: r.Offset, Type: int8(t)}
-		id := c.topicIDs[r.Topic]
-		if a, idx, ok := c.held.find(tp, r.Offset); ok {
+		var id [16]byte
+		if a, idx, ok := f.find(r.Offset); ok {
 			id = a.topicID
 			if a.states[idx] != stBuffered { // else a newer delivery, not r's
 				rec.LockDeadline = c.held.lockDeadline(a, idx)
 			}
+		} else {
+			id = c.topicIDs[r.Topic]
 		}
 		acks.Add(r.Topic, id, r.Partition, rec)
 	}
@@ -92,28 +98,28 @@ func (t *tracker) Stage(acks *acktrack.Set, group, member string) error {
 	var fresh []target
 	for _, atp := range acks.Partitions() {
 		tp := kshare.TopicPartition(atp)
-		p := c.held.parts[tp]
+		f := finder{p: c.held.parts[tp]}
 		for _, rec := range acks.Records(atp) {
-			where := fmt.Sprintf("%s/%d offset %d", tp.Topic, tp.Partition, rec.Offset)
-			if p != nil {
-				if sr := p.staged[rec.Offset]; sr != nil {
-					switch {
-					case sr.unit != acks:
-						return fmt.Errorf("%s is already in another transaction: %w", where, ErrNotHeld)
-					case sr.acq.dead:
-						return fmt.Errorf("%s: %w", where, ErrLockExpired)
-					case !now.Before(sr.deadline):
-						return fmt.Errorf("%s: lock ended at %s%s: %w", where, sr.deadline.Format(time.RFC3339Nano), c.renewHintLocked(sr.acq), ErrLockExpired)
-					}
-					continue
+			// Named only for an error: Stage runs for every record a
+			// transaction acknowledges.
+			where := recordName{tp, rec.Offset}
+			a, idx, ok := f.find(rec.Offset)
+			if sr := stagedOf(a, idx, ok); sr != nil {
+				switch {
+				case sr.unit != acks:
+					return fmt.Errorf("%s is already in another transaction: %w", where, ErrNotHeld)
+				case sr.acq.dead:
+					return fmt.Errorf("%s: %w", where, ErrLockExpired)
+				case !now.Before(sr.deadline):
+					return fmt.Errorf("%s: lock ended at %s%s: %w", where, sr.deadline.Format(time.RFC3339Nano), c.renewHintLocked(sr.acq), ErrLockExpired)
 				}
+				continue
 			}
 			if !rec.LockDeadline.IsZero() && !now.Before(rec.LockDeadline) {
 				// The delivery Acks saw is over, even if the
 				// record has been delivered to us again since.
 				return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
 			}
-			a, idx, ok := c.held.find(tp, rec.Offset)
 			if !ok {
 				return fmt.Errorf("%s: %w", where, ErrNotHeld)
 			}
@@ -130,17 +136,21 @@ func (t *tracker) Stage(acks *acktrack.Set, group, member string) error {
 			fresh = append(fresh, target{a, idx})
 		}
 	}
-	for _, t := range fresh {
-		p := c.held.part(t.a.tp)
-		if p.staged == nil {
-			p.staged = make(map[int64]*stagedRec)
+	// One allocation for the call's records: they are staged, and
+	// resolved, together.
+	slab := make([]stagedRec, len(fresh))
+	for i, t := range fresh {
+		if t.a.staged == nil {
+			t.a.staged = make([]*stagedRec, len(t.a.states))
 		}
-		off := t.a.first + int64(t.idx)
-		if p.staged[off] != nil {
+		if t.a.states[t.idx] == stStaged {
 			continue // listed twice in acks
 		}
 		t.a.states[t.idx] = stStaged
-		p.staged[off] = &stagedRec{unit: acks, acq: t.a, off: off, deadline: t.a.deadline}
+		sr := &slab[i]
+		*sr = stagedRec{unit: acks, acq: t.a, off: t.a.first + int64(t.idx), deadline: t.a.deadline}
+		t.a.staged[t.idx] = sr
+		t.a.sess.renewDueByLocked(sr.deadline)
 	}
 	for _, s := range c.sessOrder {
 		s.poke() // renewal timers changed
@@ -171,22 +181,15 @@ func (t *tracker) Resolve(acks *acktrack.Set, committed bool) {
 	release := make(map[*acquisition]map[int]struct{})
 	n := 0
 	for _, atp := range acks.Partitions() {
-		tp := kshare.TopicPartition(atp)
-		p := c.held.parts[tp]
-		if p == nil {
-			continue
-		}
+		f := finder{p: c.held.parts[kshare.TopicPartition(atp)]}
 		for _, rec := range acks.Records(atp) {
-			sr := p.staged[rec.Offset]
+			a, idx, ok := f.find(rec.Offset)
+			sr := stagedOf(a, idx, ok)
 			if sr == nil || sr.unit != acks {
 				continue
 			}
-			delete(p.staged, rec.Offset)
+			a.staged[idx] = nil
 			n++
-			a, idx := sr.acq, int(rec.Offset-sr.acq.first)
-			if a.states[idx] != stStaged {
-				continue
-			}
 			if !committed && !c.closing && !a.dead && now.Before(sr.deadline) {
 				if release[a] == nil {
 					release[a] = make(map[int]struct{})
@@ -209,4 +212,22 @@ func (t *tracker) Resolve(acks *acktrack.Set, committed bool) {
 		c.held.compact(kshare.TopicPartition(tp))
 	}
 	c.logger.Debug("transaction outcome learned", "committed", committed, "records", n)
+}
+
+// stagedOf is the staging of the offset find found, if it is staged.
+func stagedOf(a *acquisition, idx int, found bool) *stagedRec {
+	if !found {
+		return nil
+	}
+	return a.stagedAt(idx)
+}
+
+// recordName names a record in an error message.
+type recordName struct {
+	tp     kshare.TopicPartition
+	offset int64
+}
+
+func (n recordName) String() string {
+	return fmt.Sprintf("%s/%d offset %d", n.tp.Topic, n.tp.Partition, n.offset)
 }

@@ -318,3 +318,27 @@ func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
 	expectNothing(e.ctx, t, other, 500*time.Millisecond)
 	require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
 }
+
+// A transaction's staged records are renewed when they fall due; the
+// sessions do not scan them at every step meanwhile (they used to: a cost
+// per step that grew with the records held).
+func TestStagedRecordsAreNotScannedAtEveryStep(t *testing.T) {
+	e := txnEnv(t, 30, broker.ShareLockDuration(time.Minute))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxWait(20*time.Millisecond))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, 30)
+	require.NoError(t, p.BeginTransaction())
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
+	steps0, scans0 := shareconsumer.SessionWork(c)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		expectNothing(e.ctx, t, c, 50*time.Millisecond)
+		if steps, _ := shareconsumer.SessionWork(c); steps-steps0 >= 60 || time.Now().After(deadline) {
+			break
+		}
+	}
+	steps, scans := shareconsumer.SessionWork(c)
+	require.GreaterOrEqual(t, steps-steps0, 60, "the sessions stepped (fetches that found nothing)")
+	require.LessOrEqual(t, scans-scans0, 3, "at most one scan per session (the first step of a session), not one per step")
+	require.NoError(t, p.CommitTransaction(e.ctx))
+}

@@ -54,9 +54,15 @@ type Tracker interface {
 // that built it. The zero value is an empty set without a tracker. A Set
 // that applications hold is never changed: Merge builds a new one.
 type Set struct {
-	parts    map[TopicPartition][]Record
+	parts    map[TopicPartition]*[]Record
 	topicIDs map[string][16]byte
-	tracker  Tracker
+	// last is the partition Add appended to last, and its records: a
+	// consumer adds a poll's records partition by partition, so most
+	// Adds skip the map.
+	lastTP  TopicPartition
+	last    *[]Record
+	lastID  [16]byte
+	tracker Tracker
 	// mixed marks a Set merged from the acknowledgements of two
 	// trackers (two consumers): it cannot be staged.
 	mixed bool
@@ -80,12 +86,21 @@ func (s *Set) Mixed() bool { return s != nil && s.mixed }
 // out yet. topicID may be zero when unknown; the sender resolves it from
 // metadata.
 func (s *Set) Add(topic string, topicID [16]byte, partition int32, rec Record) {
-	if s.parts == nil {
-		s.parts = make(map[TopicPartition][]Record)
-	}
 	tp := TopicPartition{topic, partition}
-	s.parts[tp] = append(s.parts[tp], rec)
-	if topicID != ([16]byte{}) {
+	if s.last == nil || tp != s.lastTP {
+		if s.parts == nil {
+			s.parts = make(map[TopicPartition]*[]Record)
+		}
+		recs := s.parts[tp]
+		if recs == nil {
+			recs = new([]Record)
+			s.parts[tp] = recs
+		}
+		s.lastTP, s.last, s.lastID = tp, recs, [16]byte{}
+	}
+	*s.last = append(*s.last, rec)
+	if topicID != ([16]byte{}) && topicID != s.lastID {
+		s.lastID = topicID
 		if s.topicIDs == nil {
 			s.topicIDs = make(map[string][16]byte)
 		}
@@ -131,7 +146,7 @@ func (s *Set) Retyped(t Tracker, typ func(int8) int8) *Set {
 func (s *Set) each(fn func(tp TopicPartition, id [16]byte, r Record)) {
 	for _, tp := range s.Partitions() {
 		id := s.topicIDs[tp.Topic]
-		for _, r := range s.parts[tp] {
+		for _, r := range *s.parts[tp] {
 			fn(tp, id, r)
 		}
 	}
@@ -144,7 +159,7 @@ func (s *Set) Len() int {
 	}
 	n := 0
 	for _, recs := range s.parts {
-		n += len(recs)
+		n += len(*recs)
 	}
 	return n
 }
@@ -169,7 +184,10 @@ func (s *Set) Records(tp TopicPartition) []Record {
 	if s == nil {
 		return nil
 	}
-	return s.parts[tp]
+	if recs := s.parts[tp]; recs != nil {
+		return *recs
+	}
+	return nil
 }
 
 // TopicID returns the topic id recorded for topic, if any.

@@ -2,6 +2,7 @@ package javahash
 
 import (
 	"math"
+	"unicode"
 	"unicode/utf16"
 )
 
@@ -9,10 +10,20 @@ import (
 // s[n-1] over the string's UTF-16 code units, in 32-bit wrapping
 // arithmetic. Characters outside the Basic Multilingual Plane count as
 // their two surrogates, as in Java.
+//
+// It allocates nothing: brokers hash a coordinator key for every request
+// that names one.
 func HashCode(key string) int32 {
 	var h int32
-	for _, u := range utf16.Encode([]rune(key)) {
-		h = 31*h + int32(u)
+	for _, r := range key { // invalid UTF-8 reads as U+FFFD, as []rune does
+		switch r1, r2 := utf16.EncodeRune(r); {
+		case r1 != unicode.ReplacementChar || r2 != unicode.ReplacementChar:
+			h = 31*(31*h+r1) + r2 // a surrogate pair
+		case r >= 0xd800 && r < 0xe000, r > unicode.MaxRune:
+			h = 31*h + unicode.ReplacementChar // not encodable: U+FFFD, as utf16.Encode writes
+		default:
+			h = 31*h + r
+		}
 	}
 	return h
 }

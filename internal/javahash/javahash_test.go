@@ -1,6 +1,11 @@
 package javahash
 
-import "testing"
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unicode/utf16"
+)
 
 // TestHashCode checks the hash against Java's own (jshell:
 // "hello".hashCode()), including characters past ASCII and a surrogate
@@ -45,5 +50,35 @@ func TestPartition(t *testing.T) {
 		if got := Partition(tc.key, tc.partitions); got != tc.want {
 			t.Errorf("Partition(%q, %d) = %d, want %d (Kafka's Utils.abs(hashCode) %% n)", tc.key, tc.partitions, got, tc.want)
 		}
+	}
+}
+
+// hashCodeByEncoding is HashCode written the obvious way (it allocates
+// two slices per call).
+func hashCodeByEncoding(key string) int32 {
+	var h int32
+	for _, u := range utf16.Encode([]rune(key)) {
+		h = 31*h + int32(u)
+	}
+	return h
+}
+
+// TestHashCodeMatchesUTF16Encoding compares HashCode with the obvious
+// form on random strings: ASCII, two- and three-byte characters, astral
+// ones (surrogate pairs) and invalid UTF-8.
+func TestHashCodeMatchesUTF16Encoding(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	pieces := []string{"a", "Z", "-", "\u00e9", "\u20ac", "\U0001F600", "\U0010FFFF", "\xff", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x00"}
+	for range 5000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		if got, want := HashCode(b.String()), hashCodeByEncoding(b.String()); got != want {
+			t.Fatalf("HashCode(%q) = %d, want %d", b.String(), got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { HashCode("group:topic-id:\U0001F600:12") }); n != 0 {
+		t.Errorf("HashCode allocates %v times per call", n)
 	}
 }

@@ -42,9 +42,9 @@
 //     names, moved or not; only the same answer repeated by that
 //     coordinator is final.
 //   - Share acknowledgements (KIP-1289) staged per transaction and sent at
-//     commit, before EndTxn: AddShareAcksToTxn once per group to the
-//     transaction coordinator, TxnShareAcknowledge once per partition
-//     leader. Without the KIP-1289 APIs and share.version >= 3 on every
+//     commit, while the records are flushed and before EndTxn:
+//     AddShareAcksToTxn once per group to the transaction coordinator,
+//     then TxnShareAcknowledge once per partition leader. Without the KIP-1289 APIs and share.version >= 3 on every
 //     broker involved, StageShareAcks returns kshare.ErrUnsupported and
 //     sends nothing. The tracker of the acknowledgements (the share
 //     consumer) hears Stage before they join and Resolve exactly once when

@@ -20,10 +20,15 @@ func (m *Manager) needsEndTxnLocked() bool {
 }
 
 // Commit commits the current transaction: flush (the produce path's
-// "deliver everything and report any failure") runs first, then the staged
-// share acknowledgements are sent (AddShareAcksToTxn to the transaction
-// coordinator, TxnShareAcknowledge to each partition leader), then EndTxn
-// with the stale-answer defense. A transaction that carries anything, even
+// "deliver everything and report any failure") and the sending of the
+// staged share acknowledgements (AddShareAcksToTxn to the transaction
+// coordinator, then TxnShareAcknowledge to each partition leader) run at
+// the same time, then, once both succeeded, EndTxn with the stale-answer
+// defense. The two are independent until EndTxn decides the transaction
+// (acknowledgements staged before their transaction's records are written
+// only take effect if it commits), so the commit costs one round trip less
+// than doing them in turn; a failure of either dooms the transaction, the
+// flush's error first. A transaction that carries anything, even
 // only share acknowledgements, ends with EndTxn; one that sent nothing at
 // all commits locally. Every step is bounded by ctx and the transaction
 // deadline. A lost EndTxn answer (a broken connection) is retried until
@@ -79,10 +84,34 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	ctx, cancel := withDeadline(ctx, deadline)
 	defer cancel()
 
-	if flush != nil {
-		if err := flush(ctx); err != nil {
-			return m.commitFailed(ctx, op, err, drain)
+	m.mu.Lock()
+	staged := len(m.txn.staged) > 0 // no more can join: the state is Committing
+	m.unlock()
+	// A failed flush stops the staging: the transaction is doomed.
+	stageCtx, stopStaging := context.WithCancel(ctx)
+	defer stopStaging()
+	flushed := make(chan error, 1)
+	doFlush := func() {
+		err := error(nil)
+		if flush != nil {
+			err = flush(ctx)
 		}
+		if err != nil {
+			stopStaging()
+		}
+		flushed <- err
+	}
+	if staged {
+		go doFlush() // its result is received below on every path
+	} else {
+		doFlush()
+	}
+	var stageErr error
+	if staged {
+		stageErr = m.sendStagedShareAcks(stageCtx)
+	}
+	if err := <-flushed; err != nil {
+		return m.commitFailed(ctx, op, err, drain)
 	}
 	m.mu.Lock()
 	if m.state != StateCommitting { // a produce failed while flushing
@@ -90,13 +119,9 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 		m.unlock()
 		return m.commitFailed(ctx, op, err, drain)
 	}
-	staged := len(m.txn.staged) > 0
 	m.unlock()
-
-	if staged {
-		if err := m.sendStagedShareAcks(ctx); err != nil {
-			return m.commitFailed(ctx, op, err, drain)
-		}
+	if stageErr != nil {
+		return m.commitFailed(ctx, op, stageErr, drain)
 	}
 
 	m.mu.Lock()

@@ -226,7 +226,11 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 		}
 		k := memberKey{s.meta.GroupID, s.meta.MemberID, s.meta.MemberEpoch}
 		if merged[k] == nil {
+			// Sets are never changed: a member's only set is sent as
+			// it is, without a copy.
 			members = append(members, k)
+			merged[k] = s.acks
+			continue
 		}
 		merged[k] = merged[k].Merge(s.acks)
 	}
@@ -492,6 +496,20 @@ func coalesce(recs []acktrack.Record) []wire.AcknowledgementBatch {
 	if len(recs) == 0 {
 		return nil
 	}
+	if ascending(recs) {
+		// The usual case (the records of polls, in offset order): no
+		// offset repeats, so no map and no sort.
+		var out []wire.AcknowledgementBatch
+		for _, r := range recs {
+			o, t := r.Offset, wire.AckType(r.Type)
+			if n := len(out); n > 0 && out[n-1].LastOffset == o-1 && out[n-1].AcknowledgeType == t {
+				out[n-1].LastOffset = o
+				continue
+			}
+			out = append(out, wire.AcknowledgementBatch{FirstOffset: o, LastOffset: o, AcknowledgeType: t})
+		}
+		return out
+	}
 	last := make(map[int64]wire.AckType, len(recs))
 	for _, r := range recs {
 		last[r.Offset] = wire.AckType(r.Type)
@@ -511,4 +529,14 @@ func coalesce(recs []acktrack.Record) []wire.AcknowledgementBatch {
 		out = append(out, wire.AcknowledgementBatch{FirstOffset: o, LastOffset: o, AcknowledgeType: t})
 	}
 	return out
+}
+
+// ascending reports whether recs' offsets strictly increase.
+func ascending(recs []acktrack.Record) bool {
+	for i := 1; i < len(recs); i++ {
+		if recs[i].Offset <= recs[i-1].Offset {
+			return false
+		}
+	}
+	return true
 }
