@@ -1,16 +1,13 @@
 package review_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare"
-	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -29,24 +26,17 @@ import (
 // alone.
 func TestOneShareAcksInTwoCheckpoints(t *testing.T) {
 	ctx := testCtx(t)
-	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
-	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	recs := poll(ctx, t, c, 2)
-	a := e.acknowledger(ctx, t, "ack")
-	acks := c.Acks(recs, kshare.AckAccept)
-	require.NoError(t, a.Stage(1, acks, c.GroupMetadata()))
-	if err := a.Stage(2, acks, c.GroupMetadata()); err != nil {
+	f := newCheckpointFixture(ctx, t)
+	if err := f.a.Stage(2, f.acks, f.c.GroupMetadata()); err != nil {
 		requireClass(t, kshare.ErrUsage, err, "staging acknowledgements that checkpoint 1 holds")
 		return
 	}
-	require.NoError(t, a.AbortCheckpoint(1))
-	again := pollFor(ctx, t, c, 2*time.Second)
-	cerr := a.CommitCheckpoint(ctx, 2)
+	require.NoError(t, f.a.AbortCheckpoint(1))
+	again := pollFor(ctx, t, f.c, 2*time.Second)
+	cerr := f.a.CommitCheckpoint(ctx, 2)
 	if len(again) > 0 && cerr == nil {
 		t.Fatalf("checkpoint 2 committed the acknowledgements of %d records that were delivered again meanwhile (start offset %d)",
-			len(again), e.startOffset(ctx, t, "g", "in"))
+			len(again), f.e.startOffset(ctx, t, "g", "in"))
 	}
 	require.NoError(t, cerr, "checkpoint 2 holds the records: it commits")
 }
@@ -61,34 +51,17 @@ func TestOneShareAcksInTwoCheckpoints(t *testing.T) {
 // that did not happen.
 func TestAbortCheckpointDuringItsCommitSaysSo(t *testing.T) {
 	ctx := testCtx(t)
-	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
-	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	recs := poll(ctx, t, c, 2)
-	a := e.acknowledger(ctx, t, "ack")
-	require.NoError(t, a.Stage(1, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
-
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
-		if et, ok := req.(*kmsg.EndTxnRequest); ok && et.Commit {
-			once.Do(func() { close(held) })
-			<-release
-		}
-		return broker.FaultAction{}
-	})
-	defer stop()
+	f := newCheckpointFixture(ctx, t)
+	held, release := f.e.holdCommits(t)
 	res := make(chan error, 1)
-	go func() { res <- a.CommitCheckpoint(ctx, 1) }()
+	go func() { res <- f.a.CommitCheckpoint(ctx, 1) }()
 	<-held
-	aerr := a.AbortCheckpoint(1)
+	aerr := f.a.AbortCheckpoint(1)
 	close(release)
 	cerr := <-res
 	if aerr == nil && cerr == nil {
 		t.Fatalf("AbortCheckpoint(1) reported the checkpoint dropped, and its commit committed (start offset %d)",
-			e.startOffset(ctx, t, "g", "in"))
+			f.e.startOffset(ctx, t, "g", "in"))
 	}
 }
 

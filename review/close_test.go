@@ -12,9 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare"
-	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/producer"
-	"github.com/kshare-go/kshare/shareconsumer"
 )
 
 // Finding: CommitTransaction and AbortTransaction after Close, given a
@@ -122,37 +120,20 @@ func TestCloseDoesNotWaitForProduceBlockedOnMetadata(t *testing.T) {
 // if it learned that the commit was applied).
 func TestAcknowledgerCommitLeftInDoubtByCloseIsNotClosed(t *testing.T) {
 	ctx := testCtx(t)
-	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
-	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	recs := poll(ctx, t, c, 2)
-	a := e.acknowledger(ctx, t, "ack")
-	require.NoError(t, a.Stage(1, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
-
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
-		if et, ok := req.(*kmsg.EndTxnRequest); ok && et.Commit {
-			once.Do(func() { close(held) })
-			<-release
-		}
-		return broker.FaultAction{}
-	})
-	defer stop()
+	f := newCheckpointFixture(ctx, t)
+	held, release := f.e.holdCommits(t)
 	res := make(chan error, 1)
-	go func() { res <- a.CommitCheckpoint(ctx, 1) }()
+	go func() { res <- f.a.CommitCheckpoint(ctx, 1) }()
 	<-held
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	cerr := a.Close(cctx)
+	cerr := f.a.Close(cctx)
 	cancel()
 	requireClass(t, kshare.ErrInDoubt, cerr, "Close with the commit's answer outstanding")
 	close(release)
 	err := <-res
 
 	// The held EndTxn(COMMIT) was applied once released.
-	for e.startOffset(ctx, t, "g", "in") != 2 {
+	for f.e.startOffset(ctx, t, "g", "in") != 2 {
 		require.NoError(t, ctx.Err(), "the commit was not applied: the test's premise failed")
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,4 +255,43 @@ func (e *env) startOffset(ctx context.Context, t *testing.T, group, topic string
 		}
 	}
 	return -1
+}
+
+// checkpointFixture is a transactional consumer whose two polled records
+// (of "in", group "g") are staged in checkpoint 1 of an acknowledger.
+type checkpointFixture struct {
+	e    *env
+	c    *shareconsumer.Consumer
+	a    *acknowledger.Acknowledger
+	acks *kshare.ShareAcks
+}
+
+func newCheckpointFixture(ctx context.Context, t *testing.T) *checkpointFixture {
+	t.Helper()
+	e := newEnv(t)
+	e.topic(ctx, t, "in", 1)
+	e.input(ctx, t, "in", "a", "b")
+	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
+	recs := poll(ctx, t, c, 2)
+	a := e.acknowledger(ctx, t, "ack")
+	acks := c.Acks(recs, kshare.AckAccept)
+	require.NoError(t, a.Stage(1, acks, c.GroupMetadata()))
+	return &checkpointFixture{e: e, c: c, a: a, acks: acks}
+}
+
+// holdCommits makes the cluster hold every EndTxn(COMMIT) before handling
+// it: held is closed when the first arrives, and closing release lets them
+// all through. The hook is removed when the test ends.
+func (e *env) holdCommits(t *testing.T) (held <-chan struct{}, release chan<- struct{}) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		if et, ok := req.(*kmsg.EndTxnRequest); ok && et.Commit {
+			once.Do(func() { close(h) })
+			<-r
+		}
+		return broker.FaultAction{}
+	})
+	t.Cleanup(stop)
+	return h, r
 }
