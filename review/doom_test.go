@@ -1,0 +1,111 @@
+package review_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/producer"
+	"github.com/kshare-go/kshare/shareconsumer"
+)
+
+// txnFixture is a transactional consumer holding polled records and a
+// producer, on a cluster with topics "in" (the records) and "out".
+type txnFixture struct {
+	e    *env
+	c    *shareconsumer.Consumer
+	p    *producer.Producer
+	recs []*kgo.Record
+}
+
+func newTxnFixture(t *testing.T, inputs ...string) *txnFixture {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	e.topic(ctx, t, "in", 1)
+	e.topic(ctx, t, "out", 1)
+	e.input(ctx, t, "in", inputs...)
+	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
+	recs := poll(ctx, t, c, len(inputs))
+	return &txnFixture{e: e, c: c, p: e.producer(ctx, t, "ctp"), recs: recs}
+}
+
+// Finding (exactly-once violation): SendShareAcksToTransaction with a nil
+// context returns ErrUsage but leaves the transaction committable. The
+// commit then publishes the outputs while the inputs stay unacknowledged:
+// they are delivered again and processed again, so their outputs appear
+// twice. The documentation promises that every failure other than
+// ErrUnsupported and ErrClosed dooms the transaction ("which must not
+// commit without them"); enterDooming dooms only an abortable failure to
+// start, and a nil context is a usage error.
+func TestSendShareAcksWithNilContextDoomsTheTransaction(t *testing.T) {
+	f := newTxnFixture(t, "a")
+	ctx := testCtx(t)
+	require.NoError(t, f.p.BeginTransaction())
+	require.NoError(t, f.p.ProduceSync(ctx, &kgo.Record{Topic: "out", Value: []byte("out-a")}).FirstErr())
+	//nolint:staticcheck // a nil context is the misuse under test
+	requireClass(t, kshare.ErrUsage, f.p.SendShareAcksToTransaction(nil, f.c.Acks(f.recs, kshare.AckAccept), f.c.GroupMetadata()),
+		"SendShareAcksToTransaction(nil ctx)")
+	err := f.p.CommitTransaction(ctx)
+	if err == nil {
+		t.Errorf("the transaction committed its output %v without the acknowledgement of its input (start offset %d): the input is delivered again",
+			f.e.committedValues(ctx, t, "out"), f.e.startOffset(ctx, t, "g", "in"))
+		return
+	}
+	requireClass(t, kshare.ErrAbortable, err, "commit after a failed SendShareAcksToTransaction")
+}
+
+// Finding (exactly-once violation): SendOffsetsToTransaction with a nil
+// context returns ErrUsage and leaves the transaction committable, so its
+// outputs commit without the consumer-group offsets: a consume-transform-
+// produce worker reprocesses those inputs after a restart. The docs: "Any
+// failure dooms the transaction, which must not commit without the
+// offsets".
+func TestSendOffsetsWithNilContextDoomsTheTransaction(t *testing.T) {
+	f := newTxnFixture(t, "a")
+	ctx := testCtx(t)
+	require.NoError(t, f.p.BeginTransaction())
+	require.NoError(t, f.p.ProduceSync(ctx, &kgo.Record{Topic: "out", Value: []byte("out-a")}).FirstErr())
+	offsets := map[string]map[int32]kgo.EpochOffset{"in": {0: {Offset: 1, Epoch: -1}}}
+	//nolint:staticcheck // a nil context is the misuse under test
+	requireClass(t, kshare.ErrUsage, f.p.SendOffsetsToTransaction(nil, offsets, producer.GroupMetadata{GroupID: "cg", Generation: -1}),
+		"SendOffsetsToTransaction(nil ctx)")
+	err := f.p.CommitTransaction(ctx)
+	require.Error(t, err, "the transaction committed its output without its offsets")
+	requireClass(t, kshare.ErrAbortable, err, "commit after a failed SendOffsetsToTransaction")
+}
+
+// Finding (exactly-once violation): a record that Produce refuses as a
+// usage error during a transaction (no topic, nil context) does not doom
+// the transaction. A worker written as the package documentation shows it
+// (Produce with a nil promise, then SendShareAcksToTransaction and
+// CommitTransaction) commits the input's acknowledgement without its
+// output: the input is ACKNOWLEDGED and its output is lost. docs/design.md
+// promises that "every record failure dooms its transaction"; the record
+// was meant to be part of it.
+func TestRefusedRecordDoomsTheTransaction(t *testing.T) {
+	for name, produce := range map[string]func(p *producer.Producer){
+		"no topic": func(p *producer.Producer) {
+			p.Produce(testCtx(t), &kgo.Record{Value: []byte("out-a")}, nil)
+		},
+		"nil context": func(p *producer.Producer) {
+			//nolint:staticcheck // a nil context is the misuse under test
+			p.Produce(nil, &kgo.Record{Topic: "out", Value: []byte("out-a")}, nil)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newTxnFixture(t, "a")
+			ctx := testCtx(t)
+			require.NoError(t, f.p.BeginTransaction())
+			produce(f.p)
+			require.NoError(t, f.p.SendShareAcksToTransaction(ctx, f.c.Acks(f.recs, kshare.AckAccept), f.c.GroupMetadata()))
+			err := f.p.CommitTransaction(ctx)
+			if err == nil {
+				t.Fatalf("committed: input acknowledged (share start offset %d), outputs %q", f.e.startOffset(ctx, t, "g", "in"),
+					f.e.committedValues(ctx, t, "out"))
+			}
+			requireClass(t, kshare.ErrAbortable, err, "commit after a refused record")
+		})
+	}
+}
