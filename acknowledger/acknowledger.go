@@ -41,11 +41,14 @@ type Acknowledger struct {
 	// ends it.
 	open bool
 
-	mu        sync.Mutex // guards what follows; never held across a transaction
-	closed    bool
-	staged    []checkpoint // sorted by id
-	committed int64        // highest checkpoint id committed
-	anyCommit bool
+	mu     sync.Mutex // guards what follows; never held across a transaction
+	closed bool
+	staged []checkpoint // sorted by id
+	// committing holds the ids of the checkpoints the CommitCheckpoint in
+	// progress took, in order.
+	committing []int64
+	committed  int64 // highest checkpoint id committed
+	anyCommit  bool
 }
 
 // checkpoint is one Stage call waiting for its checkpoint to complete.
@@ -104,14 +107,14 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 	if !a.made() {
 		return nil, errNotMade(op)
 	}
-	if ctx == nil {
-		return nil, errs.Usage(op, errors.New("nil context"))
-	}
 	a.mu.Lock()
 	closed := a.closed
 	a.mu.Unlock()
 	if closed {
 		return nil, errClosed(op)
+	}
+	if ctx == nil {
+		return nil, errs.Usage(op, errors.New("nil context"))
 	}
 	select {
 	case a.txnSem <- struct{}{}:
@@ -180,14 +183,14 @@ func (a *Acknowledger) requireShareAcks(ctx context.Context, op string) error {
 // then learn it.
 func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	const op = "commit acknowledgements"
-	if acks == nil {
-		return errs.Usage(op, errors.New("nil acknowledgements"))
-	}
 	leave, err := a.enter(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer leave()
+	if acks == nil {
+		return errs.Usage(op, errors.New("nil acknowledgements"))
+	}
 	set := (*acktrack.Set)(acks)
 	if set.Len() == 0 {
 		return nil
@@ -268,9 +271,11 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 		return aerr
 	}
 	// The outcome stays what the commit said (abortable, or in doubt),
-	// unless the abort found the acknowledger unable to go on.
+	// unless the abort found the acknowledger unable to go on (fatal). An
+	// abort refused because Close began (ErrClosed) changes nothing: the
+	// commit came before Close, and Close ends the transaction itself.
 	class := errs.ClassOf(err)
-	if c := errs.ClassOf(aerr); c == kshare.ErrFatal || c == kshare.ErrClosed || class == nil {
+	if c := errs.ClassOf(aerr); c == kshare.ErrFatal || class == nil {
 		class = c
 	}
 	return errs.New(class, op, fmt.Errorf("%w (abort failed too: %w)", err, aerr))
@@ -348,7 +353,7 @@ func groupByMember(cps []checkpoint) []sendItem {
 	for _, m := range order {
 		var t acktrack.Tracker
 		if ps := parts[m]; len(ps) > 0 {
-			t = &fanout{parts: ps}
+			t = &fanout{parts: ps, again: true}
 		}
 		out = append(out, sendItem{acks: byMeta[m].Retyped(t, func(typ int8) int8 { return typ }), meta: m})
 	}
@@ -369,15 +374,22 @@ func guarded(acks *acktrack.Set) *acktrack.Set {
 // once, since both the producer (once a transaction ends) and the
 // acknowledger (for acknowledgements that never joined one) may report it.
 type fanout struct {
-	parts    []*acktrack.Set
+	parts []*acktrack.Set
+	// again: the parts are staged checkpoints, which the acknowledger
+	// owns; joining the commit transaction checks them again. Otherwise
+	// (CommitAcknowledgements) this is their first staging.
+	again    bool
 	resolved atomic.Bool
 }
 
-// Stage checks every part again with its own tracker (the consumer renews
-// staged locks, but one may still have been lost).
-func (f *fanout) Stage(_ *acktrack.Set, group, member string) error {
+// Stage stages every part with its own tracker, for the transaction st
+// describes; for staged checkpoints it checks them again (the consumer
+// renews staged locks, but one may still have been lost) and hands on the
+// transaction's deadline.
+func (f *fanout) Stage(_ *acktrack.Set, st acktrack.Staging) error {
+	st.Again = f.again
 	for _, part := range f.parts {
-		if err := part.Tracker().Stage(part, group, member); err != nil {
+		if err := part.Tracker().Stage(part, st); err != nil {
 			return err
 		}
 	}

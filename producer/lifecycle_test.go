@@ -399,12 +399,29 @@ func TestMisuseGetsErrors(t *testing.T) {
 	require.NoError(t, p.BeginTransaction())
 	require.ErrorIs(t, p.BeginTransaction(), kshare.ErrUsage, "twice")
 	require.ErrorIs(t, p.CommitTransaction(nilCtx), kshare.ErrUsage)
-	require.ErrorIs(t, p.SendShareAcksToTransaction(nilCtx, ka(acktrack.New(nil)), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"}), kshare.ErrUsage)
-	require.ErrorIs(t, p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr(), kshare.ErrUsage)
 	require.ErrorIs(t, p.Flush(nilCtx), kshare.ErrUsage)
-	require.Equal(t, txn.StateInTransaction, p.txn.State(), "usage errors change nothing")
+	require.Equal(t, txn.StateInTransaction, p.txn.State(), "usage errors of calls that add nothing change nothing")
 	produceValues(t, p, "misuse", "kept")
 	require.NoError(t, p.CommitTransaction(ctx))
+
+	// A call that was to add something to the transaction and is refused
+	// dooms it, even as a usage error: it must not commit without it.
+	for name, refuse := range map[string]func() error{
+		"SendShareAcksToTransaction": func() error {
+			return p.SendShareAcksToTransaction(nilCtx, ka(acktrack.New(nil)), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"})
+		},
+		"SendOffsetsToTransaction": func() error {
+			return p.SendOffsetsToTransaction(nilCtx, nil, GroupMetadata{GroupID: "g", Generation: -1})
+		},
+		"Produce": func() error { return p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr() },
+	} {
+		require.NoError(t, p.BeginTransaction())
+		produceValues(t, p, "misuse", "doomed by "+name)
+		require.ErrorIs(t, refuse(), kshare.ErrUsage, name)
+		require.Equal(t, txn.StateAbortableError, p.txn.State(), "%s refused dooms the transaction", name)
+		require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrAbortable, name)
+		require.NoError(t, p.AbortTransaction(ctx))
+	}
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, "misuse", "aborted-by-close")

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,31 +10,50 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/retry"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // metadataRetry is how soon the dispatcher looks again at a partition that
 // has no known leader.
 const metadataRetry = 50 * time.Millisecond
 
-// topic returns the named topic, loading its metadata on first use. It
-// retries while the topic does not exist yet or a partition has no leader,
-// until ctx or the transaction deadline ends.
-func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
+// topic returns the named topic, loading its metadata on first use for a
+// record of transaction txnNum. It retries while the topic does not exist
+// yet or a partition has no leader, until ctx or the transaction deadline
+// ends, or the transaction is abandoned (errAbandoned: Abort or Close).
+func (p *Producer) topic(ctx context.Context, name string, txnNum uint64) (*topic, error) {
 	p.topicsMu.RLock()
 	t := p.topics[name]
 	p.topicsMu.RUnlock()
 	if t != nil {
 		return t, nil
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(p.waits.of(txnNum), func() { cancel(errAbandoned) })
+	defer stop()
 	if dl := p.txn.Deadline(); !dl.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
+		ctx, cancel = context.WithDeadlineCause(ctx, dl, txn.ErrTransactionTimeout)
 		defer cancel()
 	}
-	p.metaMu.Lock()
-	defer p.metaMu.Unlock()
+	t, err := p.loadTopic(ctx, name)
+	if err != nil && errors.Is(context.Cause(ctx), errAbandoned) {
+		return nil, errAbandoned
+	}
+	return t, err
+}
+
+// loadTopic loads the metadata of topic name, one load at a time.
+func (p *Producer) loadTopic(ctx context.Context, name string) (*topic, error) {
+	select {
+	case p.metaSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("metadata of topic %q: waiting for another load: %w", name, retry.CtxErr(ctx))
+	}
+	defer func() { <-p.metaSem }()
 	p.topicsMu.RLock()
-	t = p.topics[name]
+	t := p.topics[name]
 	p.topicsMu.RUnlock()
 	if t != nil {
 		return t, nil

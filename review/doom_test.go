@@ -76,36 +76,46 @@ func TestSendOffsetsWithNilContextDoomsTheTransaction(t *testing.T) {
 	requireClass(t, kshare.ErrAbortable, err, "commit after a failed SendOffsetsToTransaction")
 }
 
-// Finding (exactly-once violation): a record that Produce refuses as a
-// usage error during a transaction (no topic, nil context) does not doom
-// the transaction. A worker written as the package documentation shows it
-// (Produce with a nil promise, then SendShareAcksToTransaction and
-// CommitTransaction) commits the input's acknowledgement without its
-// output: the input is ACKNOWLEDGED and its output is lost. docs/design.md
-// promises that "every record failure dooms its transaction"; the record
-// was meant to be part of it.
+// F14 (exactly-once): a record that Produce refuses as a usage error
+// during a transaction (no topic, nil context, nil record) dooms the
+// transaction, as every record failure does (docs/design.md): the
+// application meant the record to be part of it. Before the fix, a
+// worker written as the package documentation shows it (Produce with a
+// nil promise, then SendShareAcksToTransaction and CommitTransaction)
+// committed the input's acknowledgement without its output, and the
+// input was lost. The promise still hears ErrUsage; the calls after it
+// hear that the transaction cannot commit (ErrAbortable).
 func TestRefusedRecordDoomsTheTransaction(t *testing.T) {
-	for name, produce := range map[string]func(p *producer.Producer){
-		"no topic": func(p *producer.Producer) {
-			p.Produce(testCtx(t), &kgo.Record{Value: []byte("out-a")}, nil)
+	for name, produce := range map[string]func(p *producer.Producer, promise func(*kgo.Record, error)){
+		"no topic": func(p *producer.Producer, promise func(*kgo.Record, error)) {
+			p.Produce(testCtx(t), &kgo.Record{Value: []byte("out-a")}, promise)
 		},
-		"nil context": func(p *producer.Producer) {
+		"nil context": func(p *producer.Producer, promise func(*kgo.Record, error)) {
 			//nolint:staticcheck // a nil context is the misuse under test
-			p.Produce(nil, &kgo.Record{Topic: "out", Value: []byte("out-a")}, nil)
+			p.Produce(nil, &kgo.Record{Topic: "out", Value: []byte("out-a")}, promise)
+		},
+		"nil record": func(p *producer.Producer, promise func(*kgo.Record, error)) {
+			p.Produce(testCtx(t), nil, promise)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newTxnFixture(t, "a")
 			ctx := testCtx(t)
 			require.NoError(t, f.p.BeginTransaction())
-			produce(f.p)
-			require.NoError(t, f.p.SendShareAcksToTransaction(ctx, f.c.Acks(f.recs, kshare.AckAccept), f.c.GroupMetadata()))
+			var refused error
+			produce(f.p, func(_ *kgo.Record, err error) { refused = err })
+			requireClass(t, kshare.ErrUsage, refused, "the refused record's promise")
+			if err := f.p.SendShareAcksToTransaction(ctx, f.c.Acks(f.recs, kshare.AckAccept), f.c.GroupMetadata()); err != nil {
+				requireClass(t, kshare.ErrAbortable, err, "SendShareAcksToTransaction in a transaction a refused record doomed")
+			}
 			err := f.p.CommitTransaction(ctx)
 			if err == nil {
 				t.Fatalf("committed: input acknowledged (share start offset %d), outputs %q", f.e.startOffset(ctx, t, "g", "in"),
 					f.e.committedValues(ctx, t, "out"))
 			}
 			requireClass(t, kshare.ErrAbortable, err, "commit after a refused record")
+			require.NoError(t, f.p.AbortTransaction(ctx))
+			require.Zero(t, f.e.startOffset(ctx, t, "g", "in"), "nothing was acknowledged")
 		})
 	}
 }

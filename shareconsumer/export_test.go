@@ -11,7 +11,7 @@ import (
 // does when they join it (tests only).
 func Stage(acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	set := (*acktrack.Set)(acks)
-	return set.Tracker().Stage(set, meta.GroupID, meta.MemberID)
+	return set.Tracker().Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID})
 }
 
 // TopicID returns the topic id acks carry for topic (tests only).

@@ -9,8 +9,8 @@ import (
 
 type nopTracker struct{ name string }
 
-func (*nopTracker) Stage(*Set, string, string) error { return nil }
-func (*nopTracker) Resolve(*Set, bool)               {}
+func (*nopTracker) Stage(*Set, Staging) error { return nil }
+func (*nopTracker) Resolve(*Set, bool)        {}
 
 func TestSetReadsAndMerges(t *testing.T) {
 	one, two := &nopTracker{"one"}, &nopTracker{"two"}
