@@ -224,24 +224,30 @@ func (a *Acknowledger) AbortAcknowledgements(ctx context.Context) error {
 type sendItem struct {
 	acks *acktrack.Set
 	meta kshare.ShareGroupMetadata
+	// checkpoint: the acknowledgements were staged with their consumers
+	// before the transaction (Stage), so they must be resolved however
+	// it fails. Others (CommitAcknowledgements) are staged only by the
+	// transaction, whose producer resolves what it staged.
+	checkpoint bool
 }
 
 // runTxn begins a transaction, sends items and commits. On failure it
 // aborts (unless the producer is fatally broken), which also learns the
 // outcome of a commit whose answer was lost, and tells the trackers of
-// items that never joined the transaction that they will not be sent; the
-// producer tells the others when the transaction's outcome is known. Every
-// item's tracker is resolved once (guarded makes a second call a no-op).
-// Called with txnSem held.
+// checkpoint items that never joined the transaction that they will not be
+// sent; the producer tells the others when the transaction's outcome is
+// known. Every staged item's tracker is resolved once (the fanout makes a
+// second call a no-op), and an item whose staging was refused is not
+// resolved at all: it may be staged elsewhere. Called with txnSem held.
 func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) error {
 	if err := a.p.BeginTransaction(); err != nil {
-		resolveAll(items, false)
+		dropCheckpoints(items)
 		return err
 	}
 	err := func() error {
 		for i, it := range items {
 			if err := a.p.SendShareAcksToTransaction(ctx, (*kshare.ShareAcks)(it.acks), it.meta); err != nil {
-				resolveAll(items[i:], false)
+				dropCheckpoints(items[i:])
 				return err
 			}
 		}
@@ -281,10 +287,14 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 	return errs.New(class, op, fmt.Errorf("%w (abort failed too: %w)", err, aerr))
 }
 
-func resolveAll(items []sendItem, committed bool) {
+// dropCheckpoints tells the trackers of the checkpoint items that they
+// will not be sent. The other items are left alone: their staging was
+// refused (a tracker hears Resolve only for what its Stage accepted), or
+// the producer resolves them.
+func dropCheckpoints(items []sendItem) {
 	for _, it := range items {
-		if t := it.acks.Tracker(); t != nil {
-			t.Resolve(it.acks, committed)
+		if t := it.acks.Tracker(); t != nil && it.checkpoint {
+			t.Resolve(it.acks, false)
 		}
 	}
 }
@@ -355,7 +365,7 @@ func groupByMember(cps []checkpoint) []sendItem {
 		if ps := parts[m]; len(ps) > 0 {
 			t = &fanout{parts: ps, again: true}
 		}
-		out = append(out, sendItem{acks: byMeta[m].Retyped(t, func(typ int8) int8 { return typ }), meta: m})
+		out = append(out, sendItem{acks: byMeta[m].Retyped(t, func(typ int8) int8 { return typ }), meta: m, checkpoint: true})
 	}
 	return out
 }
@@ -388,8 +398,15 @@ type fanout struct {
 // transaction's deadline.
 func (f *fanout) Stage(_ *acktrack.Set, st acktrack.Staging) error {
 	st.Again = f.again
-	for _, part := range f.parts {
+	for i, part := range f.parts {
 		if err := part.Tracker().Stage(part, st); err != nil {
+			if !f.again {
+				// Nothing changes on a refusal: the parts staged by
+				// this call are let go.
+				for _, done := range f.parts[:i] {
+					done.Tracker().Resolve(done, false)
+				}
+			}
 			return err
 		}
 	}

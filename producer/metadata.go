@@ -44,20 +44,45 @@ func (p *Producer) topic(ctx context.Context, name string, txnNum uint64) (*topi
 	return t, err
 }
 
-// loadTopic loads the metadata of topic name, one load at a time.
+// loadTopic returns topic name, loading its metadata unless another Produce
+// is loading it already, in which case it waits for that load, within
+// ctx. Loads of different topics run at once: a topic that does not exist
+// does not hold up the records of one that does.
 func (p *Producer) loadTopic(ctx context.Context, name string) (*topic, error) {
-	select {
-	case p.metaSem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("metadata of topic %q: waiting for another load: %w", name, retry.CtxErr(ctx))
+	for {
+		p.topicsMu.Lock()
+		if t := p.topics[name]; t != nil {
+			p.topicsMu.Unlock()
+			return t, nil
+		}
+		loading, ok := p.loading[name]
+		if !ok {
+			loading = make(chan struct{})
+			p.loading[name] = loading
+		}
+		p.topicsMu.Unlock()
+		if !ok {
+			t, err := p.fetchTopic(ctx, name)
+			p.topicsMu.Lock()
+			delete(p.loading, name)
+			if err == nil {
+				p.topics[name] = t
+			}
+			p.topicsMu.Unlock()
+			close(loading)
+			return t, err
+		}
+		select {
+		case <-loading: // loaded, or that load gave up: look again
+		case <-ctx.Done():
+			return nil, fmt.Errorf("metadata of topic %q: %w", name, retry.CtxErr(ctx))
+		}
 	}
-	defer func() { <-p.metaSem }()
-	p.topicsMu.RLock()
-	t := p.topics[name]
-	p.topicsMu.RUnlock()
-	if t != nil {
-		return t, nil
-	}
+}
+
+// fetchTopic asks for the metadata of topic name until it names a leader
+// for every partition, within ctx, and returns the topic built from it.
+func (p *Producer) fetchTopic(ctx context.Context, name string) (*topic, error) {
 	fresh := false
 	tm, err := retry.Do(ctx, func(ctx context.Context) (kmsg.MetadataResponseTopic, error) {
 		m, err := p.metadata(ctx, []string{name}, fresh)
@@ -86,13 +111,10 @@ func (p *Producer) loadTopic(ctx context.Context, name string) (*topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	t = &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
+	t := &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
 	t.mu.Lock()
 	t.applyMetadataLocked(tm)
 	t.mu.Unlock()
-	p.topicsMu.Lock()
-	p.topics[name] = t
-	p.topicsMu.Unlock()
 	return t, nil
 }
 

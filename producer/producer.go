@@ -41,9 +41,9 @@ type Producer struct {
 
 	topicsMu sync.RWMutex
 	topics   map[string]*topic
-	// metaSem lets one metadata load run at a time; a channel, so that
-	// the Produce calls waiting for it can give up.
-	metaSem chan struct{}
+	// loading holds, per topic whose first metadata load is running, a
+	// channel closed when it ends (loadTopic).
+	loading map[string]chan struct{}
 	waits   waits
 
 	buffered    atomic.Int64 // records holding a buffer slot (MaxBufferedRecords)
@@ -114,7 +114,7 @@ func New(opts ...Opt) (*Producer, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		topics:     make(map[string]*topic),
-		metaSem:    make(chan struct{}, 1),
+		loading:    make(map[string]chan struct{}),
 		wake:       make(chan struct{}, 1),
 		closed:     make(chan struct{}),
 		loopDone:   make(chan struct{}),

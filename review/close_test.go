@@ -15,14 +15,12 @@ import (
 	"github.com/kshare-go/kshare/producer"
 )
 
-// Finding: CommitTransaction and AbortTransaction after Close, given a
-// context that has already ended, return ErrAbortable ("context canceled")
-// about one time in three instead of ErrClosed. The manager's enter selects
-// on the free semaphore, the caller's ended context and the closed
-// operations context at once, and Go picks among ready cases at random;
-// the producer does not check closing before (InitTransactions,
-// BeginTransaction, SendOffsets and SendShareAcks do). The docs promise:
-// "Every call after it returns ErrClosed".
+// F1: CommitTransaction and AbortTransaction after Close, given a context
+// that has already ended, return ErrClosed every time ("Every call after
+// it returns ErrClosed"). They used to return ErrAbortable ("context
+// canceled") about one time in three: the transaction manager selected
+// among the free semaphore, the ended context and the closed operations
+// context, and Go picks among ready cases at random.
 func TestCallsAfterCloseWithEndedContextAreClosed(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
@@ -36,13 +34,12 @@ func TestCallsAfterCloseWithEndedContextAreClosed(t *testing.T) {
 	}
 }
 
-// Finding: not every call after Close returns ErrClosed. Producer.Flush
-// after Close returns nil; the acknowledger checks its arguments before
-// checking that it is closed, so CommitAcknowledgements(nil acks) and
-// Stage with invalid acknowledgements after Close return ErrUsage. The
-// producer does it the other way round (SendShareAcksToTransaction(nil)
-// after Close is ErrClosed). docs/api.md: "Every call after it returns
-// ErrClosed".
+// F7: every call after Close returns ErrClosed, its arguments
+// notwithstanding (docs/api.md: "Every call after it returns ErrClosed").
+// Producer.Flush after Close used to return nil, and the acknowledger
+// checked its arguments before checking that it was closed
+// (CommitAcknowledgements(nil acks) and Stage with invalid
+// acknowledgements returned ErrUsage).
 func TestEveryCallAfterCloseIsClosed(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
@@ -58,16 +55,13 @@ func TestEveryCallAfterCloseIsClosed(t *testing.T) {
 		"Acknowledger.Stage after Close")
 }
 
-// Finding: Close waits for a Produce that is still looking up the
-// metadata of a topic that does not exist, until Close's own context ends
-// (or the transaction timeout), and then reports ErrAbortable, "the
-// transaction is left to the coordinator", although nothing of the
-// transaction ever reached a broker. The Produce call itself outlives
-// Close and its promise fires only when the transaction timeout ends,
-// after Close returned. Close is documented to refuse new calls at once,
-// to refuse records produced while it closes, and to return nil when no
-// transaction is left open; the metadata wait should end with Close (the
-// producer's own context), as the buffer-slot wait already does.
+// F2 (hang): Close ends the wait of a Produce that is still looking up
+// the metadata of a topic that does not exist: the record is refused
+// (ErrClosed) before Close returns, and Close returns nil, since nothing
+// of the transaction reached a broker. Close used to wait for that
+// Produce until its own context ended, then report ErrAbortable ("the
+// transaction is left to the coordinator"), and the Produce outlived
+// Close, its promise firing when the transaction timeout ended.
 func TestCloseDoesNotWaitForProduceBlockedOnMetadata(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
@@ -108,16 +102,13 @@ func TestCloseDoesNotWaitForProduceBlockedOnMetadata(t *testing.T) {
 	require.Error(t, early, "the record's promise must have heard its fate when Close returned (it got %v later)", late)
 }
 
-// Finding: an acknowledger commit that a concurrent Close left in doubt
-// returns ErrClosed although the commit was applied. CommitCheckpoint's
-// EndTxn(COMMIT) is held at the broker; Close (500ms) cancels it, leaving
-// it in doubt, and returns ErrInDoubt (right); the held EndTxn is then
-// applied, so the checkpoint's acknowledgements took effect (the share
-// group's start offset moves past them). CommitCheckpoint, however,
-// returns an error of class ErrClosed ("the call came after Close began.
-// Nothing changed."): runTxn replaces the commit's ErrInDoubt with the
-// class of the failed abort (ErrClosed). It must say ErrInDoubt (or nil
-// if it learned that the commit was applied).
+// F10: an acknowledger commit that a concurrent Close left in doubt
+// returns ErrInDoubt (or nil had it learned that the commit was applied),
+// never ErrClosed ("the call came after Close began. Nothing changed."):
+// here CommitCheckpoint's EndTxn(COMMIT) is held at the broker, Close
+// (500ms) cuts the commit short and says ErrInDoubt, and the held EndTxn
+// is then applied. The commit's error used to take the class of its
+// failed abort (ErrClosed).
 func TestAcknowledgerCommitLeftInDoubtByCloseIsNotClosed(t *testing.T) {
 	ctx := testCtx(t)
 	f := newCheckpointFixture(ctx, t)

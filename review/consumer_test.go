@@ -18,12 +18,11 @@ import (
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
-// Finding (hang): a Poll that starts while another Poll runs ignores its
-// own context: it waits on the consumer's poll mutex (sync.Mutex) before
-// it looks at ctx, so it returns only when the other Poll does. Poll is
-// documented to wait "until records are available, ctx ends or the
-// consumer closes", and the Consumer to allow calls from several
-// goroutines ("only one Poll runs at a time").
+// F3 (hang): a Poll that starts while another Poll runs returns when its
+// own context ends (Poll waits "until records are available, ctx ends or
+// the consumer closes"; only one Poll runs at a time). It used to wait on
+// a mutex before looking at ctx, so it returned only when the other Poll
+// did.
 func TestPollHonoursItsContextWhileAnotherPollRuns(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
@@ -68,13 +67,14 @@ func refusedAddr(t *testing.T) string {
 	return addr
 }
 
-// Finding (minor, diagnosability): against seeds that refuse every
-// connection, InitTransactions retries until the transaction timeout (60s
-// by default) and then returns "find transaction coordinator ...: context
-// deadline exceeded", and Poll returns the context's error only: neither
-// says, nor lets errors.Is find, that every connection was refused. The
-// error vocabulary promises the cause stays reachable; the retries know
-// their last error (the produce path does report "last error: ...").
+// F9 (diagnosability): against seed brokers that refuse every
+// connection, InitTransactions (bounded by the transaction timeout) and a
+// Poll whose context ends both name the connection error, reachable with
+// errors.Is, every time. InitTransactions used to return "find
+// transaction coordinator ...: context deadline exceeded", with the cause
+// only when kgo's own retries happened to end first, and Poll the
+// context's error only. (A Poll whose context never ends is told once,
+// after 5s: shareconsumer's TestPollReportsAClusterNeverReached.)
 func TestUnreachableSeedsSayWhy(t *testing.T) {
 	addr := refusedAddr(t)
 	p, err := producer.New(producer.SeedBrokers(addr), producer.TransactionalID("x"), producer.TransactionTimeout(2*time.Second))
@@ -96,16 +96,13 @@ func TestUnreachableSeedsSayWhy(t *testing.T) {
 	require.NoError(t, c.Close(context.Background()))
 }
 
-// Finding (liveness): records whose acknowledgements were staged in a
-// transaction that can no longer commit (its transaction timeout passed)
-// stay locked for as long as the application does not call the producer
-// again: the consumer renews their locks until the transaction is resolved,
-// and nothing resolves a transaction at its deadline. Here the
-// acknowledgements never left the client (they are sent at commit), the
-// producer's CommitTransaction would refuse the commit, and still no other
-// member gets the records, lock after lock. The renewal should stop at the
-// transaction deadline (the producer knows it; the tracker could be told
-// at Stage), so that the records come back to the group.
+// F16 (liveness): records whose acknowledgements were staged in a
+// transaction that can no longer commit (its timeout passed) come back to
+// the group although the application stalls and never ends the
+// transaction: at the transaction's deadline the consumer stops renewing
+// their locks and releases them, as after an abort. It used to renew them
+// until the transaction was resolved, so no other member got them, lock
+// after lock.
 func TestStagedRecordsComeBackAfterTheTransactionTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(time.Second))
@@ -135,4 +132,8 @@ func TestStagedRecordsComeBackAfterTheTransactionTimeout(t *testing.T) {
 			seen[r.Offset] = true
 		}
 	}
+
+	// The stalled application finds its transaction over.
+	requireClass(t, kshare.ErrAbortable, p.CommitTransaction(ctx), "a commit past the transaction timeout")
+	require.NoError(t, p.AbortTransaction(ctx))
 }

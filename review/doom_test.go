@@ -31,14 +31,12 @@ func newTxnFixture(t *testing.T, inputs ...string) *txnFixture {
 	return &txnFixture{e: e, c: c, p: e.producer(ctx, t, "ctp"), recs: recs}
 }
 
-// Finding (exactly-once violation): SendShareAcksToTransaction with a nil
-// context returns ErrUsage but leaves the transaction committable. The
-// commit then publishes the outputs while the inputs stay unacknowledged:
-// they are delivered again and processed again, so their outputs appear
-// twice. The documentation promises that every failure other than
-// ErrUnsupported and ErrClosed dooms the transaction ("which must not
-// commit without them"); enterDooming dooms only an abortable failure to
-// start, and a nil context is a usage error.
+// F12 (exactly-once): SendShareAcksToTransaction with a nil context
+// returns ErrUsage and dooms the transaction, as every failure but
+// ErrUnsupported and ErrClosed does ("which must not commit without
+// them"). It used to leave the transaction committable: the commit
+// published the outputs while the inputs stayed unacknowledged, so they
+// were delivered and processed again, and their outputs appeared twice.
 func TestSendShareAcksWithNilContextDoomsTheTransaction(t *testing.T) {
 	f := newTxnFixture(t, "a")
 	ctx := testCtx(t)
@@ -56,12 +54,11 @@ func TestSendShareAcksWithNilContextDoomsTheTransaction(t *testing.T) {
 	requireClass(t, kshare.ErrAbortable, err, "commit after a failed SendShareAcksToTransaction")
 }
 
-// Finding (exactly-once violation): SendOffsetsToTransaction with a nil
-// context returns ErrUsage and leaves the transaction committable, so its
-// outputs commit without the consumer-group offsets: a consume-transform-
-// produce worker reprocesses those inputs after a restart. The docs: "Any
-// failure dooms the transaction, which must not commit without the
-// offsets".
+// F13 (exactly-once): SendOffsetsToTransaction with a nil context returns
+// ErrUsage and dooms the transaction ("Any failure dooms the transaction,
+// which must not commit without the offsets"). It used to leave it
+// committable, so the outputs committed without the consumer-group
+// offsets and a worker reprocessed those inputs after a restart.
 func TestSendOffsetsWithNilContextDoomsTheTransaction(t *testing.T) {
 	f := newTxnFixture(t, "a")
 	ctx := testCtx(t)

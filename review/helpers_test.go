@@ -1,10 +1,11 @@
-// Package review_test holds the adversarial review of kshare's public API
-// (docs/api.md, the package documentation, docs/design.md "Lifecycle"):
-// one test per finding, each asserting the behaviour the documentation
-// promises, so that it fails while the finding stands. It uses only the
-// public packages (kshare, producer, shareconsumer, acknowledger, wire,
-// broker) and the bundled cluster. The findings are described in
-// /work/notes/review-sdk.md.
+// Package review_test holds kshare's public-API misuse tests: the
+// regression tests of an adversarial review of the public API against
+// what docs/api.md, the package documentation and docs/design.md
+// ("Lifecycle") promise. Each test is named after the behaviour it pins,
+// and its comment says which finding (F1 to F16, listed in CHANGELOG.md
+// under the release that fixed them) it guards and what used to happen.
+// It uses only the public packages (kshare, producer, shareconsumer,
+// acknowledger) and the bundled cluster, as an application would.
 package review_test
 
 import (

@@ -34,13 +34,10 @@ func newSafely(t *testing.T, mk func() (closer, error)) (err error) {
 	return err
 }
 
-// Finding (panic): a nil kgo option passed through KgoOpts (for example an
-// option built conditionally and left nil) makes producer.New,
-// shareconsumer.New and acknowledger.New panic with a nil pointer
-// dereference inside kgo.NewClient. The options are documented to fail
-// New with ErrUsage when kgo refuses one, and the project rule is "bad
-// input gets a clear error, never a panic". (A nil Opt of kshare itself is
-// already refused with ErrUsage.)
+// F5 (panic): a nil kgo option passed through KgoOpts (an option built
+// conditionally and left nil, say), alone or in a list, fails New with
+// ErrUsage in every client. It used to make kgo.NewClient panic with a nil
+// pointer dereference.
 func TestNilKgoOptionIsUsage(t *testing.T) {
 	const seed = "127.0.0.1:9"
 	for name, mk := range map[string]func() (closer, error){
@@ -59,11 +56,11 @@ func TestNilKgoOptionIsUsage(t *testing.T) {
 	}
 }
 
-// Finding (wrong error class): a transaction timeout below one millisecond
-// is accepted by New, sent to the coordinator as 0 ms, and bounds every
-// retry of InitTransactions, which therefore fails with ErrAbortable
-// ("call it again") every time, forever. It should fail New with ErrUsage,
-// like a negative or zero timeout does.
+// F8 (wrong error class): a transaction timeout below one millisecond
+// fails New with ErrUsage, as a zero or negative one does. It used to be
+// accepted, sent to the coordinator as 0 ms, and bound every retry of
+// InitTransactions, which then failed with ErrAbortable ("call it again")
+// every time, forever.
 func TestSubMillisecondTransactionTimeoutIsUsage(t *testing.T) {
 	const seed = "127.0.0.1:9"
 	checkClass(t, kshare.ErrUsage, newSafely(t, func() (closer, error) {
@@ -74,11 +71,11 @@ func TestSubMillisecondTransactionTimeoutIsUsage(t *testing.T) {
 	}), "acknowledger.New with a 1ns transaction timeout")
 }
 
-// Doc mismatch (passes today; the fix is to the documentation): a group
-// config the cluster refuses (here share.delivery.count.limit=1, below
-// the cluster's minimum of 2) makes every Poll fail with ErrUsage, as
-// SetGroupConfig and docs/api.md say; Consumer.Poll's own documentation
-// lists "a group config the cluster refused" under kshare.ErrFatal.
+// F6 (doc mismatch, fixed in the documentation): a group config the
+// cluster refuses (here share.delivery.count.limit=1, below the cluster's
+// minimum of 2) makes every Poll fail with ErrUsage, as SetGroupConfig,
+// Consumer.Poll and docs/api.md say (Poll's documentation used to list it
+// under kshare.ErrFatal).
 func TestRefusedGroupConfigIsUsageOnEveryPoll(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)

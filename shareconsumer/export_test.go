@@ -27,3 +27,38 @@ func SetUnknownTopicTimeout(d time.Duration) (restore func()) {
 	unknownTopicTimeout = d
 	return func() { unknownTopicTimeout = old }
 }
+
+// SetUnreachableTimeout sets how long a new consumer may fail to reach
+// any broker before Poll reports it, for consumers created afterwards,
+// and returns the function that restores it (tests only).
+func SetUnreachableTimeout(d time.Duration) (restore func()) {
+	old := unreachableTimeout
+	unreachableTimeout = d
+	return func() { unreachableTimeout = old }
+}
+
+// CheckReached runs the check that reports a cluster never reached,
+// at once (tests only).
+func CheckReached(c *Consumer) { c.checkReached() }
+
+// StageUntil stages acks as a transaction with the given deadline does
+// (tests only).
+func StageUntil(acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata, deadline time.Time) error {
+	set := (*acktrack.Set)(acks)
+	return set.Tracker().Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID, Deadline: deadline})
+}
+
+// Resolve tells the consumer that built acks how their transaction ended
+// (tests only).
+func Resolve(acks *kshare.ShareAcks, committed bool) {
+	set := (*acktrack.Set)(acks)
+	set.Tracker().Resolve(set, committed)
+}
+
+// TxnTimers returns how many staged acknowledgements wait for their
+// transaction's deadline (tests only).
+func TxnTimers(c *Consumer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.txnTimers)
+}

@@ -318,3 +318,45 @@ func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
 	expectNothing(e.ctx, t, other, 500*time.Millisecond)
 	require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
 }
+
+// Records staged in a transaction whose deadline passes before the
+// transaction is resolved come back to the group: the consumer releases
+// them at the deadline (the lock here lasts ten minutes, so only that
+// release can bring them back). The transaction's late resolution then
+// changes nothing. A resolution before the deadline, or Close, ends the
+// wait for it.
+func TestStagedRecordsComeBackAtTheTransactionDeadline(t *testing.T) {
+	const inputs = 3
+	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	recs := pollRecords(e.ctx, t, c, inputs)
+	acks := c.Acks(recs, kshare.AckAccept)
+	require.NoError(t, shareconsumer.StageUntil(acks, c.GroupMetadata(), time.Now().Add(300*time.Millisecond)))
+	require.Equal(t, 1, shareconsumer.TxnTimers(c))
+
+	again := pollRecords(e.ctx, t, c, inputs)
+	for _, r := range again {
+		n, held := c.DeliveryCount(r)
+		require.True(t, held)
+		require.EqualValues(t, 2, n, "record %q was released at the deadline and delivered again", r.Value)
+	}
+	require.Zero(t, shareconsumer.TxnTimers(c))
+	shareconsumer.Resolve(acks, true) // the late outcome: nothing of it is staged any more
+	for _, r := range again {
+		_, held := c.DeliveryCount(r)
+		require.True(t, held, "the late resolution leaves the new delivery alone")
+	}
+
+	// Resolved before its deadline: the wait ends, nothing is released.
+	acks = c.Acks(again, kshare.AckAccept)
+	require.NoError(t, shareconsumer.StageUntil(acks, c.GroupMetadata(), time.Now().Add(time.Hour)))
+	require.Equal(t, 1, shareconsumer.TxnTimers(c))
+	shareconsumer.Resolve(acks, false)
+	require.Zero(t, shareconsumer.TxnTimers(c))
+
+	// Close leaves staged records alone, deadline or not.
+	again = pollRecords(e.ctx, t, c, inputs)
+	require.NoError(t, shareconsumer.StageUntil(c.Acks(again, kshare.AckAccept), c.GroupMetadata(), time.Now().Add(time.Hour)))
+	require.NoError(t, c.Close(e.ctx))
+	require.Zero(t, shareconsumer.TxnTimers(c))
+}

@@ -203,7 +203,11 @@ func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) 
 	case StateInTransaction, StateAbortableError, StateInDoubt:
 		ctx, cancel := m.withTimeout(ctx)
 		defer cancel()
-		if aerr := m.abortLocked(ctx, op, drain, false); aerr != nil && !errors.Is(aerr, kshare.ErrCommitted) {
+		switch aerr := m.abortLocked(ctx, op, drain, false); {
+		case aerr == nil || errors.Is(aerr, kshare.ErrCommitted):
+		case errors.Is(aerr, kshare.ErrInDoubt):
+			err = fmt.Errorf("%w (the commit's outcome is left to the coordinator: it completes the commit if it was applied, and otherwise aborts the transaction when its timeout passes or when the next producer with this transactional id initializes)", aerr)
+		default:
 			err = fmt.Errorf("%w (the transaction is left to the coordinator, which aborts it when its timeout passes or when the next producer with this transactional id initializes)", aerr)
 		}
 	}

@@ -307,11 +307,13 @@ func (m *Manager) setState(s State) {
 }
 
 // stateErr is the error a state-changing call gets in a state that does not
-// allow it. Called with mu held.
+// allow it: in an error state, the error that put it there, in its class
+// and under op's name (the stored error names the call that failed).
+// Called with mu held.
 func (m *Manager) stateErr(op string) error {
 	switch m.state {
 	case StateAbortableError, StateFatalError, StateInDoubt:
-		return m.err
+		return errs.New(errs.ClassOf(m.err), op, fmt.Errorf("an earlier call failed: %w", m.err))
 	case StateClosed:
 		return errClosed(op)
 	case StateUninitialized:
