@@ -237,7 +237,8 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	}
 	first, _ := c.LockDeadline(recs[0])
 	time.Sleep(7 * time.Second) // more than twice the lock duration
-	st.Again = true             // checked again, as a checkpoint joining its commit is
+	// Checked again, as a checkpoint joining its commit is.
+	st.Again = true
 	if err := acks.Tracker().Stage(acks, st); err != nil {
 		t.Fatalf("records lost their locks although renewed: %v", err)
 	}
