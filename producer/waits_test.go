@@ -9,8 +9,21 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/txn"
 )
+
+// waitingInTransaction starts a cluster and a producer txnID whose
+// transaction times out far away, begins a transaction, and has a Produce
+// wait for the metadata of topic "missing" (see waitingProduce).
+func waitingInTransaction(t *testing.T, txnID string) (*broker.Cluster, *Producer, <-chan error) {
+	t.Helper()
+	c := newCluster(t)
+	createTopic(t, c, "out", 1)
+	p := newProducer(t, c, txnID, TransactionTimeout(10*time.Minute))
+	require.NoError(t, p.BeginTransaction())
+	return c, p, waitingProduce(t, p, "missing")
+}
 
 // waitingProduce starts a Produce (with a context that never ends) of a
 // record to topic, which does not exist, and returns once the call is
@@ -37,10 +50,7 @@ func waitingProduce(t *testing.T, p *Producer, topic string) <-chan error {
 // ErrAbortable and the abort does not wait for the Produce's context or
 // the transaction timeout, which are both far away.
 func TestAbortEndsProduceWaitingForMetadata(t *testing.T) {
-	c := newCluster(t)
-	p := newProducer(t, c, "abort-waiting", TransactionTimeout(10*time.Minute))
-	require.NoError(t, p.BeginTransaction())
-	promised := waitingProduce(t, p, "missing")
+	c, p, promised := waitingInTransaction(t, "abort-waiting")
 
 	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
 	defer cancel()
@@ -55,7 +65,6 @@ func TestAbortEndsProduceWaitingForMetadata(t *testing.T) {
 	require.Equal(t, txn.StateReady, p.txn.State())
 
 	// The producer goes on: the next transaction is not touched.
-	createTopic(t, c, "out", 1)
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.ProduceSync(testCtx(t), &kgo.Record{Topic: "out", Value: []byte("next")}).FirstErr())
 	require.NoError(t, p.CommitTransaction(testCtx(t)))
@@ -65,11 +74,7 @@ func TestAbortEndsProduceWaitingForMetadata(t *testing.T) {
 // A topic that does not exist holds up only its own records: loads of the
 // metadata of other topics do not wait for it.
 func TestMissingTopicDoesNotHoldUpOthers(t *testing.T) {
-	c := newCluster(t)
-	createTopic(t, c, "out", 1)
-	p := newProducer(t, c, "missing-and-present", TransactionTimeout(10*time.Minute))
-	require.NoError(t, p.BeginTransaction())
-	promised := waitingProduce(t, p, "missing")
+	_, p, promised := waitingInTransaction(t, "missing-and-present")
 
 	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
 	defer cancel()
@@ -82,10 +87,7 @@ func TestMissingTopicDoesNotHoldUpOthers(t *testing.T) {
 // A Produce waiting for another Produce's load of the same topic gives up
 // with its own context, and the load goes on for the other.
 func TestProduceWaitingForAnotherLoadHonoursItsContext(t *testing.T) {
-	c := newCluster(t)
-	p := newProducer(t, c, "second-waiter", TransactionTimeout(10*time.Minute))
-	require.NoError(t, p.BeginTransaction())
-	first := waitingProduce(t, p, "missing")
+	_, p, first := waitingInTransaction(t, "second-waiter")
 
 	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
 	defer cancel()

@@ -3,7 +3,6 @@ package review_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
@@ -58,15 +58,6 @@ func TestPollHonoursItsContextWhileAnotherPollRuns(t *testing.T) {
 	<-first
 }
 
-// refusedAddr returns a loopback address nothing listens on.
-func refusedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 // F9 (diagnosability): against seed brokers that refuse every
 // connection, InitTransactions (bounded by the transaction timeout) and a
 // Poll whose context ends both name the connection error, reachable with
@@ -76,7 +67,7 @@ func refusedAddr(t *testing.T) string {
 // context's error only. (A Poll whose context never ends is told once,
 // after 5s: shareconsumer's TestPollReportsAClusterNeverReached.)
 func TestUnreachableSeedsSayWhy(t *testing.T) {
-	addr := refusedAddr(t)
+	addr := testkit.RefusedAddr(t)
 	p, err := producer.New(producer.SeedBrokers(addr), producer.TransactionalID("x"), producer.TransactionTimeout(2*time.Second))
 	require.NoError(t, err)
 	err = p.InitTransactions(context.Background())

@@ -2,7 +2,6 @@ package shareconsumer_test
 
 import (
 	"context"
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -10,25 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
-
-// refusedSeed returns a loopback address that nothing listens on.
-func refusedSeed(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
 
 // A consumer that has never reached a broker says so to a Poll whose
 // context never ends, once, with the connection error, and then keeps
 // trying (the next Poll waits again, within its context).
 func TestPollReportsAClusterNeverReached(t *testing.T) {
 	defer shareconsumer.SetUnreachableTimeout(time.Second)()
-	addr := refusedSeed(t)
+	addr := testkit.RefusedAddr(t)
 	c, err := shareconsumer.New(shareconsumer.SeedBrokers(addr), shareconsumer.Group("g"), shareconsumer.Topics("t"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close(context.Background())) }()
