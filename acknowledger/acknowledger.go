@@ -304,7 +304,9 @@ func dropCheckpoints(items []sendItem) {
 // transaction in progress the way producer.Producer.Close does: a
 // transaction call running in another goroutine is waited for within ctx
 // and cut short after, and a transaction left open is aborted. It returns
-// the producer's error: nil, or why a transaction could not be ended.
+// the producer's error: nil, an error matching kshare.ErrCommitted (not a
+// failure: it learned that an in-doubt commit had committed), or why a
+// transaction could not be ended.
 // Every staged acknowledgement has been resolved once when it returns, and
 // calls after it fail with kshare.ErrClosed. Calling it again waits for
 // the first Close within ctx and returns nil.

@@ -693,9 +693,12 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 //   - Records produced while it closes are refused, and doom their
 //     transaction.
 //
-// It returns nil when no transaction is left open or unknown, and an
-// error when it could not end one (ctx ended, the coordinator was
-// unreachable): ErrAbortable (the coordinator aborts the transaction when
+// It returns nil when no transaction was open or it aborted the one that
+// was; an error matching kshare.ErrCommitted, which is not a failure, when
+// it learned that an in-doubt commit had committed (the transaction's
+// records and acknowledgements took effect); and an error when it could
+// not end a transaction (ctx ended, the coordinator was unreachable):
+// ErrAbortable (the coordinator aborts the transaction when
 // its timeout passes, or when the next producer with this transactional id
 // initializes) or ErrInDoubt (an in-doubt commit's outcome could not be
 // learned). Either way every staged acknowledgement has been resolved

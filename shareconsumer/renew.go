@@ -17,20 +17,40 @@ import (
 // acknowledgements (KIP-1222, Kafka 4.2).
 const renewVersion = 2
 
-// dueRenewalsLocked returns the staged records of this session whose locks
-// should be renewed now (less than half the lock duration left), and when
-// the next one falls due. A staged record whose deadline already passed is
-// given up: its lock is gone.
-func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]*stagedRec, time.Time) {
+// renewals is what one RENEW request of a session renews: per partition
+// either records of one staging unit or the delivered records of one
+// acquisition, never both, since the broker refuses a partition's RENEW
+// as a whole.
+type renewals struct {
+	staged map[kshare.TopicPartition][]*stagedRec
+	held   map[kshare.TopicPartition]*heldRenewal
+}
+
+// heldRenewal is the renewal of the records of one acquisition that Poll
+// returned and the application has not staged yet.
+type heldRenewal struct {
+	acq  *acquisition
+	offs []int64
+}
+
+func (r renewals) empty() bool { return len(r.staged) == 0 && len(r.held) == 0 }
+
+// dueRenewalsLocked returns the records of this session whose locks should
+// be renewed now (less than half the lock duration left), and when the
+// next one falls due: records staged in a transaction or checkpoint, and
+// records Poll returned that are not staged yet, since the application
+// holds them while it works on them and stages them later. A record
+// whose deadline already passed is given up: its lock is gone.
+func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
+	var due renewals
 	if s.c.cfg.mode != Transactional {
-		return nil, time.Time{}
+		return due, time.Time{}
 	}
 	lock := s.lockDur
 	if lock == 0 {
 		lock = defaultLockDuration
 	}
 	ahead := lock / 2
-	var due map[kshare.TopicPartition][]*stagedRec
 	var next time.Time
 	for tp, p := range s.c.held.parts {
 		for _, sr := range p.staged {
@@ -48,10 +68,35 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]
 				}
 				continue
 			}
-			if due == nil {
-				due = make(map[kshare.TopicPartition][]*stagedRec)
+			if due.staged == nil {
+				due.staged = make(map[kshare.TopicPartition][]*stagedRec)
 			}
-			due[tp] = append(due[tp], sr)
+			due.staged[tp] = append(due.staged[tp], sr)
+		}
+		if due.staged[tp] != nil {
+			continue // one kind of renewal per partition and request
+		}
+		for _, a := range p.acqs {
+			if a.sess != s || a.dead || a.renewStopped || a.renewing || !a.holdsDelivered() {
+				continue
+			}
+			if !now.Before(a.deadline) {
+				a.renewStopped = true
+				continue
+			}
+			at := a.deadline.Add(-ahead)
+			if now.Before(at) {
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
+				continue
+			}
+			if due.held == nil {
+				due.held = make(map[kshare.TopicPartition]*heldRenewal)
+			}
+			if due.held[tp] == nil {
+				due.held[tp] = &heldRenewal{acq: a}
+			}
 		}
 	}
 	return due, next
@@ -60,9 +105,27 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]
 // renewStepLocked builds a ShareAcknowledge that renews the due records.
 // RENEW is sent on its own request: the broker takes it only with
 // IsRenewAck set, and a ShareFetch carrying it could not fetch.
-func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][]*stagedRec) step {
-	merged := make(map[kshare.TopicPartition]*jobPart, len(due))
-	for tp, srs := range due {
+func (s *session) renewStepLocked(now time.Time, due renewals) step {
+	merged := make(map[kshare.TopicPartition]*jobPart, len(due.staged)+len(due.held))
+	for tp, h := range due.held {
+		a := h.acq
+		a.renewing = true
+		p := &jobPart{topicID: a.topicID}
+		for i, st := range a.states {
+			if st != stDelivered {
+				continue
+			}
+			off := a.first + int64(i)
+			h.offs = append(h.offs, off)
+			if n := len(p.batches); n > 0 && p.batches[n-1].LastOffset == off-1 {
+				p.batches[n-1].LastOffset = off
+				continue
+			}
+			p.batches = append(p.batches, wire.AcknowledgementBatch{FirstOffset: off, LastOffset: off, AcknowledgeType: wire.AckRenew})
+		}
+		merged[tp] = p
+	}
+	for tp, srs := range due.staged {
 		sort.Slice(srs, func(i, j int) bool { return srs[i].off < srs[j].off })
 		// One staging unit per partition per request: the broker refuses a
 		// partition's RENEW as a whole, and a unit whose commit lands while
@@ -76,7 +139,7 @@ func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][
 			}
 		}
 		srs = kept
-		due[tp] = srs
+		due.staged[tp] = srs
 		p := &jobPart{topicID: srs[0].acq.topicID}
 		for _, sr := range srs {
 			sr.renewing = true
@@ -96,11 +159,14 @@ func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][
 // renewUnsupportedLocked gives up renewing on a broker without RENEW: the
 // records keep the lock they have, and staging them after it ends fails
 // with ErrLockExpired.
-func (s *session) renewUnsupportedLocked(due map[kshare.TopicPartition][]*stagedRec) {
-	for _, srs := range due {
+func (s *session) renewUnsupportedLocked(due renewals) {
+	for _, srs := range due.staged {
 		for _, sr := range srs {
 			sr.stopped = true
 		}
+	}
+	for _, h := range due.held {
+		h.acq.renewStopped = true
 	}
 	if !s.c.renewWarned {
 		s.c.renewWarned = true
@@ -142,15 +208,34 @@ func (s *session) probeRenew() {
 }
 
 // applyRenewLocked records the outcome of a RENEW request: renewed records
-// get a new deadline from the time the request was sent; records the broker
-// would not renew are TX_PENDING (their transaction's acknowledgement
-// arrived first) or lost, and are not renewed again.
+// get a new deadline from the time the request was sent; staged records
+// the broker would not renew are TX_PENDING (their transaction's
+// acknowledgement arrived first) or lost, and are not renewed again.
+// Delivered records it would not renew are lost too, unless one of them
+// was staged while the request travelled (its transaction may have
+// reached the broker first): the others are then renewed again without
+// it.
 func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.TopicPartition]error) {
 	lock := s.lockDur
 	if lockMillis > 0 {
 		lock = time.Duration(lockMillis) * time.Millisecond
 	}
-	for tp, srs := range st.renews {
+	for tp, h := range st.renews.held {
+		a := h.acq
+		a.renewing = false
+		err := failed[tp]
+		switch {
+		case err == nil:
+			a.deadline = st.sentAt.Add(lock)
+			continue
+		case a.stagedSince(h.offs):
+		default:
+			a.renewStopped = true
+		}
+		s.c.logger.Debug("lock renewal of held records refused",
+			"topic", tp.Topic, "partition", tp.Partition, "err", err)
+	}
+	for tp, srs := range st.renews.staged {
 		err := failed[tp]
 		for _, sr := range srs {
 			sr.renewing = false

@@ -276,6 +276,7 @@ func stageAtBroker(e *env, p *producer.Producer, acks *kshare.ShareAcks, meta ks
 // transaction aborts.
 func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	withoutRenew(t, e.c) // or the consumer would renew the locks it holds
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3)
@@ -288,6 +289,52 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
 	require.NoError(t, p.AbortTransaction(e.ctx))
+}
+
+// withoutRenew makes the cluster's nodes look like brokers from before
+// KIP-1222 (ShareAcknowledge v1 at most, so no RENEW) to the clients that
+// ask from now on, until the test ends: records keep their first lock.
+func withoutRenew(t *testing.T, c *broker.Cluster) {
+	stop := c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		if _, ok := req.(*kmsg.ApiVersionsRequest); !ok {
+			return broker.FaultAction{}
+		}
+		return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+			for i, k := range resp.(*kmsg.ApiVersionsResponse).ApiKeys {
+				if k.ApiKey == kmsg.ShareAcknowledge.Int16() {
+					resp.(*kmsg.ApiVersionsResponse).ApiKeys[i].MaxVersion = 1
+				}
+			}
+		}}
+	})
+	t.Cleanup(stop)
+}
+
+// Records that Poll returned and the application holds, not yet staged
+// in a transaction, keep their locks past the lock duration (issue 17:
+// a message slower than the lock in a pipeline's processors): the
+// consumer renews them, no other member gets them meanwhile, and a
+// transaction staging them after several lock durations commits.
+func TestTransactionalRenewsLocksOfHeldRecords(t *testing.T) {
+	const inputs = 6
+	e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, inputs)
+	first, _ := c.LockDeadline(recs[0])
+	other := e.consumer("g", "in") // joins only now, as in the test below
+
+	// The application works on the records for several lock durations;
+	// the other member polls all along.
+	expectNothing(e.ctx, t, other, 5*time.Second)
+	later, ok := c.LockDeadline(recs[0])
+	require.True(t, ok)
+	require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
+	require.NoError(t, p.BeginTransaction())
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()),
+		"the held records' locks were renewed, so they can be staged")
+	require.NoError(t, p.CommitTransaction(e.ctx))
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
 }
 
 // Records held in an open transaction keep their locks past the lock

@@ -548,7 +548,9 @@ func (in *shareInput) Close(ctx context.Context) error {
 		}
 		in.acker.close()
 		var errs []error
-		if err := in.ack.Close(ctx); err != nil {
+		// kshare.ErrCommitted: Close learned that an in-doubt
+		// acknowledgement-only commit had committed. Not a failure.
+		if err := in.ack.Close(ctx); err != nil && !errors.Is(err, kshare.ErrCommitted) {
 			errs = append(errs, fmt.Errorf("acknowledger: %w", err))
 		}
 		in.ledger.close()

@@ -166,11 +166,12 @@ func (m *Manager) initProducerIDLocked(ctx context.Context) error {
 // transaction (InTransaction, AbortableError, InDoubt), it ends it as
 // Abort does, drain first; an in-doubt commit's outcome is learned there.
 //
-// Close returns nil when no transaction is left open or unknown: none was
-// in progress, it aborted it, or it learned that the in-doubt commit had
-// committed. It returns the error (kshare.ErrAbortable, or kshare.ErrInDoubt when a
-// commit's outcome could not be learned) when it could not end the
-// transaction; the coordinator then aborts it when the transaction
+// Close returns nil when no transaction is left open or unknown because
+// none was in progress or it aborted it, and an error matching
+// kshare.ErrCommitted (not a failure) when it learned that an in-doubt
+// commit had committed. It returns the error (kshare.ErrAbortable, or
+// kshare.ErrInDoubt when a commit's outcome could not be learned) when it
+// could not end the transaction; the coordinator then aborts it when the transaction
 // timeout passes, or when the next producer with this transactional id
 // initializes. Either way every staged acknowledgement has been resolved
 // once when Close returns (as not committed unless the commit is known to
@@ -204,7 +205,12 @@ func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) 
 		ctx, cancel := m.withTimeout(ctx)
 		defer cancel()
 		switch aerr := m.abortLocked(ctx, op, drain, false); {
-		case aerr == nil || errors.Is(aerr, kshare.ErrCommitted):
+		case aerr == nil:
+		case errors.Is(aerr, kshare.ErrCommitted):
+			// Not a failure, but the caller must be able to tell it from
+			// an abort: the transaction's output and acknowledgements
+			// took effect.
+			err = aerr
 		case errors.Is(aerr, kshare.ErrInDoubt):
 			err = fmt.Errorf("%w (the commit's outcome is left to the coordinator: it completes the commit if it was applied, and otherwise aborts the transaction when its timeout passes or when the next producer with this transactional id initializes)", aerr)
 		default:
