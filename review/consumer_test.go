@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,13 +30,23 @@ func TestPollHonoursItsContextWhileAnotherPollRuns(t *testing.T) {
 	e.topic(ctx, t, "in", 1) // stays empty: every Poll waits
 	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
 
-	firstCtx, stopFirst := context.WithCancel(ctx)
+	cancelable, stopFirst := context.WithCancel(ctx)
+	firstCtx := &doneWatcher{Context: cancelable, twice: make(chan struct{})}
 	first := make(chan error, 1)
 	go func() {
 		_, err := c.Poll(firstCtx)
 		first <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the first Poll is waiting for records
+	// The first Poll asks for its context's Done channel when it waits for
+	// its turn and again when it waits for records: from the second time
+	// on it holds the turn. (A sleep here would only make that likely.)
+	select {
+	case <-firstCtx.twice:
+	case <-time.After(10 * time.Second):
+		stopFirst()
+		<-first
+		t.Fatal("the first Poll never started waiting for records")
+	}
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -56,6 +67,21 @@ func TestPollHonoursItsContextWhileAnotherPollRuns(t *testing.T) {
 	}
 	stopFirst()
 	<-first
+}
+
+// doneWatcher is a context whose channel twice closes when its Done
+// method is called for the second time.
+type doneWatcher struct {
+	context.Context
+	calls atomic.Int32
+	twice chan struct{}
+}
+
+func (w *doneWatcher) Done() <-chan struct{} {
+	if w.calls.Add(1) == 2 {
+		close(w.twice)
+	}
+	return w.Context.Done()
 }
 
 // F9 (diagnosability): against seed brokers that refuse every
@@ -106,11 +132,13 @@ func TestStagedRecordsComeBackAfterTheTransactionTimeout(t *testing.T) {
 	require.NoError(t, p.SendShareAcksToTransaction(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 
 	// The application stalls; another member polls until it has had both
-	// records, for up to three lock durations after the transaction
-	// timeout. (It does not acknowledge them, so it may get them more
-	// than once.)
+	// records. They come back at the transaction timeout (2s); the bound
+	// (20s, ten transaction timeouts) only turns the renewal forever it
+	// replaces into a failure, and keeps a loaded machine from failing the
+	// test. (It does not acknowledge them, so it may get them more than
+	// once.)
 	other := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	seen := map[int64]bool{}
 	for len(seen) < 2 {

@@ -168,23 +168,6 @@ func poll(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, n int) [
 	return out
 }
 
-// pollFor polls c for d and returns what arrived.
-func pollFor(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, d time.Duration) []*kgo.Record {
-	t.Helper()
-	pctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var out []*kgo.Record
-	for {
-		recs, err := c.Poll(pctx)
-		out = append(out, recs...)
-		if err != nil {
-			require.ErrorIs(t, err, context.DeadlineExceeded, "poll")
-			require.NoError(t, ctx.Err())
-			return out
-		}
-	}
-}
-
 // committedValues reads every committed record of topic
 // (read_committed): it polls until a second passes without a record. Call
 // it once no transaction is open on topic.
@@ -213,22 +196,6 @@ func (e *env) committedValues(ctx context.Context, t *testing.T, topic string) [
 		if n == 0 {
 			return out
 		}
-	}
-}
-
-// within runs f in a goroutine and fails the test if it has not returned
-// after d: a guard against hangs, far above the time f needs.
-func within(t *testing.T, d time.Duration, what string, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		t.Fatalf("%s did not return within %v", what, d)
 	}
 }
 

@@ -276,7 +276,7 @@ func stageAtBroker(e *env, p *producer.Producer, acks *kshare.ShareAcks, meta ks
 // transaction aborts.
 func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
-	withoutRenew(t, e.c) // or the consumer would renew the locks it holds
+	bundled.WithoutRenew(t, e.c) // or the consumer would renew the locks it holds
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3)
@@ -289,25 +289,6 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
 	require.NoError(t, p.AbortTransaction(e.ctx))
-}
-
-// withoutRenew makes the cluster's nodes look like brokers from before
-// KIP-1222 (ShareAcknowledge v1 at most, so no RENEW) to the clients that
-// ask from now on, until the test ends: records keep their first lock.
-func withoutRenew(t *testing.T, c *broker.Cluster) {
-	stop := c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
-		if _, ok := req.(*kmsg.ApiVersionsRequest); !ok {
-			return broker.FaultAction{}
-		}
-		return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
-			for i, k := range resp.(*kmsg.ApiVersionsResponse).ApiKeys {
-				if k.ApiKey == kmsg.ShareAcknowledge.Int16() {
-					resp.(*kmsg.ApiVersionsResponse).ApiKeys[i].MaxVersion = 1
-				}
-			}
-		}}
-	})
-	t.Cleanup(stop)
 }
 
 // Records that Poll returned and the application holds, not yet staged
