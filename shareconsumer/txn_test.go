@@ -291,60 +291,49 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
 
-// Records that Poll returned and the application holds, not yet staged
-// in a transaction, keep their locks past the lock duration (issue 17:
-// a message slower than the lock in a pipeline's processors): the
-// consumer renews them, no other member gets them meanwhile, and a
-// transaction staging them after several lock durations commits.
-func TestTransactionalRenewsLocksOfHeldRecords(t *testing.T) {
-	const inputs = 6
-	e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
-	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	p := e.producer("ctp")
-	recs := pollRecords(e.ctx, t, c, inputs)
-	first, _ := c.LockDeadline(recs[0])
-	other := e.consumer("g", "in") // joins only now, as in the test below
+// Records the consumer holds keep their locks past the lock duration: the
+// consumer renews them, so no other member gets them meanwhile and the
+// transaction commits. "held": Poll returned them and the application
+// works on them, staging them only after several lock durations (issue
+// 17: a message slower than the lock in a pipeline's processors).
+// "staged": they are in an open transaction all along.
+func TestTransactionalRenewsLocks(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		name := map[bool]string{false: "held", true: "staged"}[staged]
+		t.Run(name, func(t *testing.T) {
+			const inputs = 6
+			e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
+			c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+			p := e.producer("ctp")
+			recs := pollRecords(e.ctx, t, c, inputs)
+			stage := func() {
+				require.NoError(t, p.BeginTransaction())
+				require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()),
+					"the records' locks were renewed, so they can be staged")
+			}
+			if staged {
+				stage()
+			}
+			first, _ := c.LockDeadline(recs[0])
+			// The other member joins only now: joining earlier, it would
+			// fetch (and lock) some of the records ahead of its first
+			// Poll, and c would get them only when those locks ran out.
+			other := e.consumer("g", "in")
 
-	// The application works on the records for several lock durations;
-	// the other member polls all along.
-	expectNothing(e.ctx, t, other, 5*time.Second)
-	later, ok := c.LockDeadline(recs[0])
-	require.True(t, ok)
-	require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
-	require.NoError(t, p.BeginTransaction())
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()),
-		"the held records' locks were renewed, so they can be staged")
-	require.NoError(t, p.CommitTransaction(e.ctx))
-	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
-}
-
-// Records held in an open transaction keep their locks past the lock
-// duration: the consumer renews them, so the transaction commits and no
-// other member gets them meanwhile.
-func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
-	const inputs = 6
-	e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
-	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	p := e.producer("ctp")
-	recs := pollRecords(e.ctx, t, c, inputs)
-	require.NoError(t, p.BeginTransaction())
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
-	first, _ := c.LockDeadline(recs[0])
-	// The other member joins only now: joining earlier, it would fetch
-	// (and lock) some of the records ahead of its first Poll, and c would
-	// get them only when those locks ran out, too late to stage the
-	// first ones.
-	other := e.consumer("g", "in")
-
-	// Several lock durations pass; the other member polls all along.
-	expectNothing(e.ctx, t, other, 5*time.Second)
-	later, ok := c.LockDeadline(recs[0])
-	require.True(t, ok)
-	require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
-	require.NoError(t, p.CommitTransaction(e.ctx))
-	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
-	expectNothing(e.ctx, t, other, 500*time.Millisecond)
-	require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
+			// Several lock durations pass; the other member polls all along.
+			expectNothing(e.ctx, t, other, 5*time.Second)
+			later, ok := c.LockDeadline(recs[0])
+			require.True(t, ok)
+			require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
+			if !staged {
+				stage()
+			}
+			require.NoError(t, p.CommitTransaction(e.ctx))
+			e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+			expectNothing(e.ctx, t, other, 500*time.Millisecond)
+			require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
+		})
+	}
 }
 
 // Records staged in a transaction whose deadline passes before the
