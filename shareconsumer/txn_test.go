@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,6 +289,51 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
 	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
+	require.NoError(t, p.AbortTransaction(e.ctx))
+}
+
+// A RENEW of held records that the broker refuses stops their renewal
+// (the consumer does not ask again and again until the lock runs out):
+// the records keep the lock they had, and staging them after it fails
+// with ErrLockExpired. The broker here renews but answers
+// INVALID_RECORD_STATE, as for records it no longer holds for the member.
+func TestTransactionalRefusedRenewalOfHeldRecordsStops(t *testing.T) {
+	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	var renews atomic.Int32
+	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		if r, ok := req.(*kmsg.ShareAcknowledgeRequest); !ok || !r.IsRenewAck {
+			return broker.FaultAction{}
+		}
+		renews.Add(1)
+		return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+			r := resp.(*kmsg.ShareAcknowledgeResponse)
+			for i := range r.Topics {
+				for j := range r.Topics[i].Partitions {
+					r.Topics[i].Partitions[j].ErrorCode = kerr.InvalidRecordState.Code
+				}
+			}
+		}}
+	})
+	t.Cleanup(stop)
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, 3) // one per partition: three acquisitions
+	var last time.Time
+	for _, r := range recs {
+		d, ok := c.LockDeadline(r)
+		require.True(t, ok)
+		if d.After(last) {
+			last = d
+		}
+	}
+	time.Sleep(time.Until(last) + 50*time.Millisecond)
+	n := renews.Load()
+	require.Positive(t, n, "the held records' locks were due for renewal")
+	require.LessOrEqual(t, n, int32(3), "at most one refused RENEW per acquisition")
+
+	require.NoError(t, p.BeginTransaction())
+	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired, "the refused renewal did not move the lock")
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
 
