@@ -70,7 +70,8 @@
 // before it stages it. A record it never stages is therefore held until
 // Close (or until a renewal fails: a lost session, a broker without
 // RENEW), not until its first lock runs out: stage every record you poll,
-// with AckRelease for those to give back.
+// with AckRelease for those to give back. RenewHeldLocks(false) keeps the
+// first lock of records that are not staged.
 //
 // Close releases the records that were never put into a transaction and
 // leaves those staged in one to their transaction; see Consumer.Close and,

@@ -60,6 +60,9 @@ type config struct {
 	maxRecords int32
 	maxWait    time.Duration
 	maxBytes   int32
+	// keepHeld is !RenewHeldLocks: held records that are not staged keep
+	// their first lock. Inverted so that the zero config renews.
+	keepHeld bool
 	// groupConfig is SetGroupConfig's, and groupConfigs its validated
 	// form.
 	groupConfig  *GroupConfig
@@ -154,6 +157,15 @@ func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords
 // records (default 500ms). It also bounds how long a queued acknowledgement
 // waits behind a fetch in flight.
 func MaxWait(d time.Duration) Opt { return optFunc(func(c *config) { c.maxWait = d }) }
+
+// RenewHeldLocks sets whether a Transactional consumer renews the locks of
+// the records Poll returned that are not staged in a transaction yet
+// (default true), as it renews those of staged records. With false, such a
+// record keeps the lock its fetch got: work on it longer than the lock
+// duration and staging it fails with ErrLockExpired while the group
+// delivers it again; forget it and it comes back when the lock runs out,
+// without Close. Other modes never renew.
+func RenewHeldLocks(on bool) Opt { return optFunc(func(c *config) { c.keepHeld = !on }) }
 
 // FetchMaxBytes caps the bytes of one ShareFetch response (default 50 MiB).
 func FetchMaxBytes(n int32) Opt { return optFunc(func(c *config) { c.maxBytes = n }) }

@@ -52,20 +52,30 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 	}
 	ahead := lock / 2
 	var next time.Time
+	// check says whether a lock ending at deadline is to be renewed now
+	// (renew) or is gone (expired); otherwise it keeps next at the
+	// earliest time a lock falls due.
+	check := func(deadline time.Time) (renew, expired bool) {
+		if !now.Before(deadline) {
+			return false, true
+		}
+		at := deadline.Add(-ahead)
+		if now.Before(at) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			return false, false
+		}
+		return true, false
+	}
 	for tp, p := range s.c.held.parts {
 		for _, sr := range p.staged {
 			if sr.acq.sess != s || sr.acq.dead || sr.stopped || sr.renewing {
 				continue
 			}
-			if !now.Before(sr.deadline) {
-				sr.stopped = true
-				continue
-			}
-			at := sr.deadline.Add(-ahead)
-			if now.Before(at) {
-				if next.IsZero() || at.Before(next) {
-					next = at
-				}
+			renew, expired := check(sr.deadline)
+			sr.stopped = expired
+			if !renew {
 				continue
 			}
 			if due.staged == nil {
@@ -73,22 +83,16 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 			}
 			due.staged[tp] = append(due.staged[tp], sr)
 		}
-		if due.staged[tp] != nil {
+		if due.staged[tp] != nil || s.c.cfg.keepHeld {
 			continue // one kind of renewal per partition and request
 		}
 		for _, a := range p.acqs {
 			if a.sess != s || a.dead || a.renewStopped || a.renewing || !a.holdsDelivered() {
 				continue
 			}
-			if !now.Before(a.deadline) {
-				a.renewStopped = true
-				continue
-			}
-			at := a.deadline.Add(-ahead)
-			if now.Before(at) {
-				if next.IsZero() || at.Before(next) {
-					next = at
-				}
+			renew, expired := check(a.deadline)
+			a.renewStopped = expired
+			if !renew {
 				continue
 			}
 			if due.held == nil {

@@ -292,6 +292,33 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
 
+// RenewHeldLocks(false) keeps the first lock of records held outside a
+// transaction: no RENEW is sent for them, and staging them after the lock
+// ran out fails with ErrLockExpired.
+func TestTransactionalKeepsHeldLocksWhenAsked(t *testing.T) {
+	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	log := bundled.ObserveRequests(t, e.c)
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(false))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, 3)
+	var last time.Time
+	for _, r := range recs {
+		d, ok := c.LockDeadline(r)
+		require.True(t, ok)
+		if d.After(last) {
+			last = d
+		}
+	}
+	time.Sleep(time.Until(last) + 50*time.Millisecond)
+	for _, o := range log.Of(kmsg.ShareAcknowledge.Int16()) {
+		require.False(t, o.Req.(*kmsg.ShareAcknowledgeRequest).IsRenewAck, "a RENEW was sent for held records")
+	}
+	require.NoError(t, p.BeginTransaction())
+	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
+	require.NoError(t, p.AbortTransaction(e.ctx))
+}
+
 // A RENEW of held records that the broker refuses stops their renewal
 // (the consumer does not ask again and again until the lock runs out):
 // the records keep the lock they had, and staging them after it fails
