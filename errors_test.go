@@ -258,8 +258,7 @@ func TestRealErrorsHaveOneClass(t *testing.T) {
 		require.NoError(t, a.InitTransactions(ctx))
 		return a
 	}
-	// Its held locks run out (below) only if it does not renew them.
-	txnal := newConsumer(shareconsumer.Transactional, shareconsumer.RenewHeldLocks(false))
+	txnal := newConsumer(shareconsumer.Transactional)
 	var held []*kgo.Record
 	testkit.PollValues(ctx, t, txnal, 3, func(r *kgo.Record) { held = append(held, r) })
 	a := newAcknowledger("acks")

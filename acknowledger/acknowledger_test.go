@@ -71,7 +71,6 @@ func TestCommitAcknowledgements(t *testing.T) {
 // back.
 func TestCommitAcknowledgementsFailsCleanly(t *testing.T) {
 	e := newEnv(t, 1, 4, broker.ShareLockDuration(time.Second))
-	bundled.WithoutRenew(t, e.c) // or the consumer would renew the locks it holds
 	c := e.consumer()
 	a := e.acknowledger("ack")
 	recs := e.poll(c, 4)

@@ -64,14 +64,13 @@
 //     only acknowledgement a Transactional consumer ever sends, besides GAP
 //     for offsets without a record and RENEW.
 //
-// Records that Poll returned and that are not staged yet are held for the
-// application too: the consumer renews their locks the same way, so an
-// application may work on a record for longer than the lock duration
-// before it stages it. A record it never stages is therefore held until
-// Close (or until a renewal fails: a lost session, a broker without
-// RENEW), not until its first lock runs out: stage every record you poll,
-// with AckRelease for those to give back. RenewHeldLocks(false) keeps the
-// first lock of records that are not staged.
+// With RenewHeldLocks(true), the records Poll returned that are not staged
+// yet are renewed the same way, so an application may work on a record
+// for longer than the lock duration before it stages it. A record it never
+// stages is then held until Close (or until a renewal fails: a lost
+// session, a broker without RENEW), not until its first lock runs out:
+// stage every record you poll, with AckRelease for those to give back. By
+// default such records keep their first lock.
 //
 // Close releases the records that were never put into a transaction and
 // leaves those staged in one to their transaction; see Consumer.Close and,

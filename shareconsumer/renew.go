@@ -83,7 +83,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 			}
 			due.staged[tp] = append(due.staged[tp], sr)
 		}
-		if due.staged[tp] != nil || s.c.cfg.keepHeld {
+		if due.staged[tp] != nil || !s.c.cfg.renewHeld {
 			continue // one kind of renewal per partition and request
 		}
 		for _, a := range p.acqs {

@@ -277,7 +277,6 @@ func stageAtBroker(e *env, p *producer.Producer, acks *kshare.ShareAcks, meta ks
 // transaction aborts.
 func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
-	bundled.WithoutRenew(t, e.c) // or the consumer would renew the locks it holds
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3)
@@ -292,13 +291,13 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
 
-// RenewHeldLocks(false) keeps the first lock of records held outside a
-// transaction: no RENEW is sent for them, and staging them after the lock
-// ran out fails with ErrLockExpired.
-func TestTransactionalKeepsHeldLocksWhenAsked(t *testing.T) {
+// Without RenewHeldLocks(true), records held outside a transaction keep
+// their first lock: no RENEW is sent for them, and staging them after the
+// lock ran out fails with ErrLockExpired.
+func TestTransactionalKeepsHeldLocksByDefault(t *testing.T) {
 	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
 	log := bundled.ObserveRequests(t, e.c)
-	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(false))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3)
 	var last time.Time
@@ -342,7 +341,7 @@ func TestTransactionalRefusedRenewalOfHeldRecordsStops(t *testing.T) {
 		}}
 	})
 	t.Cleanup(stop)
-	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(true))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3) // one per partition: three acquisitions
 	var last time.Time
@@ -368,15 +367,16 @@ func TestTransactionalRefusedRenewalOfHeldRecordsStops(t *testing.T) {
 // consumer renews them, so no other member gets them meanwhile and the
 // transaction commits. "held": Poll returned them and the application
 // works on them, staging them only after several lock durations (issue
-// 17: a message slower than the lock in a pipeline's processors).
-// "staged": they are in an open transaction all along.
+// 17: a message slower than the lock in a pipeline's processors), with
+// RenewHeldLocks(true). "staged": they are in an open transaction all
+// along, which needs no option.
 func TestTransactionalRenewsLocks(t *testing.T) {
 	for _, staged := range []bool{false, true} {
 		name := map[bool]string{false: "held", true: "staged"}[staged]
 		t.Run(name, func(t *testing.T) {
 			const inputs = 6
 			e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
-			c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+			c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(!staged))
 			p := e.producer("ctp")
 			recs := pollRecords(e.ctx, t, c, inputs)
 			stage := func() {

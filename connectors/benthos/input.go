@@ -296,6 +296,10 @@ func (in *shareInput) Connect(ctx context.Context) error {
 		shareconsumer.Group(c.group),
 		shareconsumer.Topics(c.topics...),
 		shareconsumer.Mode(shareconsumer.Transactional),
+		// A message may spend longer than the lock in processors; the
+		// ledger and the input's Close give back what no component
+		// claims, so held records are never held without an owner.
+		shareconsumer.RenewHeldLocks(true),
 		shareconsumer.MaxPollRecords(c.maxPoll),
 		shareconsumer.MaxWait(c.maxWait),
 		shareconsumer.KgoOpts(c.client.kgoOpts()...),

@@ -58,9 +58,6 @@ func newReader(ctx context.Context, r eos.Reader) (eos.SourceReader, error) {
 		shareconsumer.Topics(r.Input),
 		shareconsumer.Mode(shareconsumer.Transactional), // never acknowledges by itself
 		shareconsumer.MaxWait(250*time.Millisecond),
-		// The harness's slow-snapshot fault needs a stalled reader's
-		// locks to run out; otherwise the consumer renews them.
-		shareconsumer.RenewHeldLocks(!r.KeepHeldLocks),
 		shareconsumer.Logger(r.Logger),
 	)
 	if err != nil {

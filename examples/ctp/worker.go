@@ -42,9 +42,6 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 		shareconsumer.Mode(shareconsumer.Transactional), // never acknowledges by itself
 		shareconsumer.MaxPollRecords(int32(w.TxnSize)),
 		shareconsumer.MaxWait(250*time.Millisecond),
-		// The harness's slow-worker fault needs a stalled worker's locks
-		// to run out; otherwise the consumer renews them.
-		shareconsumer.RenewHeldLocks(!w.KeepHeldLocks),
 		shareconsumer.Logger(w.Logger),
 	)
 	if err != nil {

@@ -64,10 +64,6 @@ type Reader struct {
 	Sink *Sink
 	// Hooks are the harness's; a nil *ReaderHooks does nothing.
 	Hooks *ReaderHooks
-	// KeepHeldLocks asks the reader not to renew the locks of records it
-	// holds outside a checkpoint (shareconsumer.RenewHeldLocks(false)):
-	// the slow-snapshot fault needs them to run out.
-	KeepHeldLocks bool
 }
 
 // ReaderHooks are where a source reader lets the harness in. Each method
@@ -199,7 +195,6 @@ func (t *readerTask) run(ctx context.Context, newReader NewReader) error {
 		Logger:          t.log,
 		Sink:            t.sink,
 		Hooks:           &ReaderHooks{t: t},
-		KeepHeldLocks:   t.cfg.SlowSnapshots > 0,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

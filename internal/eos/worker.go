@@ -38,10 +38,6 @@ type Worker struct {
 	Logger               *slog.Logger
 	// Hooks are the harness's; a nil *Hooks does nothing.
 	Hooks *Hooks
-	// KeepHeldLocks asks the loop not to renew the locks of records it
-	// holds outside a transaction (shareconsumer.RenewHeldLocks(false)):
-	// the slow-worker fault needs them to run out.
-	KeepHeldLocks bool
 }
 
 // WorkerFunc is a worker loop: it runs one instance of a worker until ctx
@@ -486,7 +482,6 @@ func (in *instance) worker() Worker {
 		TxnTimeout:      cfg.TxnTimeout,
 		Logger:          in.log,
 		Hooks:           &Hooks{inst: in},
-		KeepHeldLocks:   cfg.Faults.SlowWorker,
 	}
 }
 
