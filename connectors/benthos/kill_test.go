@@ -94,14 +94,15 @@ func TestKilledMidBatchRestarts(t *testing.T) {
 			var txns atomic.Int64
 			switch tc.where {
 			case "before":
-				beforeCommitHook = func(ctx context.Context) error {
+				hook := func(ctx context.Context) error {
 					if txns.Add(1) == 5 {
 						doKill()
 						return errKilled
 					}
 					return nil
 				}
-				t.Cleanup(func() { beforeCommitHook = nil })
+				beforeCommitHook.Store(&hook)
+				t.Cleanup(func() { beforeCommitHook.Store(nil) })
 			case "commit":
 				stop := c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 					if end, ok := req.(*kmsg.EndTxnRequest); ok && client == "kill-out" && end.Commit && txns.Add(1) == 5 {
@@ -125,7 +126,7 @@ func TestKilledMidBatchRestarts(t *testing.T) {
 			require.Less(t, acked, n, "the pipeline died before the end")
 			t.Logf("killed after %d of %d inputs were acknowledged", acked, n)
 
-			beforeCommitHook = nil
+			beforeCommitHook.Store(nil)
 			useKillSwitch(t)
 			p = start(t, testEnv(t, &observed{}, nil), r.yaml(yaml))
 			r.waitAcknowledged(t, 2*time.Minute)

@@ -627,13 +627,14 @@ func (o *txnOutput) Close(ctx context.Context) error {
 	return nil
 }
 
-// beforeCommit is where tests hold a transaction open or kill the process
-// in the middle of one; nil in a real run.
-var beforeCommitHook func(ctx context.Context) error
+// beforeCommitHook is where tests hold a transaction open or kill the
+// process in the middle of one; unset in a real run. Atomic: a killed
+// pipeline's remains may still write while a test replaces it.
+var beforeCommitHook atomic.Pointer[func(ctx context.Context) error]
 
 func beforeCommit(ctx context.Context) error {
-	if h := beforeCommitHook; h != nil {
-		return h(ctx)
+	if h := beforeCommitHook.Load(); h != nil {
+		return (*h)(ctx)
 	}
 	return nil
 }
