@@ -291,15 +291,10 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
 
-// Without RenewHeldLocks(true), records held outside a transaction keep
-// their first lock: no RENEW is sent for them, and staging them after the
-// lock ran out fails with ErrLockExpired.
-func TestTransactionalKeepsHeldLocksByDefault(t *testing.T) {
-	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
-	log := bundled.ObserveRequests(t, e.c)
-	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
-	p := e.producer("ctp")
-	recs := pollRecords(e.ctx, t, c, 3)
+// sleepPastLocks sleeps until the locks of recs, as c knows them, have
+// all run out.
+func sleepPastLocks(t *testing.T, c *shareconsumer.Consumer, recs []*kgo.Record) {
+	t.Helper()
 	var last time.Time
 	for _, r := range recs {
 		d, ok := c.LockDeadline(r)
@@ -309,6 +304,18 @@ func TestTransactionalKeepsHeldLocksByDefault(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Until(last) + 50*time.Millisecond)
+}
+
+// Without RenewHeldLocks(true), records held outside a transaction keep
+// their first lock: no RENEW is sent for them, and staging them after the
+// lock ran out fails with ErrLockExpired.
+func TestTransactionalKeepsHeldLocksByDefault(t *testing.T) {
+	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	log := bundled.ObserveRequests(t, e.c)
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, 3)
+	sleepPastLocks(t, c, recs)
 	for _, o := range log.Of(kmsg.ShareAcknowledge.Int16()) {
 		require.False(t, o.Req.(*kmsg.ShareAcknowledgeRequest).IsRenewAck, "a RENEW was sent for held records")
 	}
@@ -344,15 +351,7 @@ func TestTransactionalRefusedRenewalOfHeldRecordsStops(t *testing.T) {
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(true))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3) // one per partition: three acquisitions
-	var last time.Time
-	for _, r := range recs {
-		d, ok := c.LockDeadline(r)
-		require.True(t, ok)
-		if d.After(last) {
-			last = d
-		}
-	}
-	time.Sleep(time.Until(last) + 50*time.Millisecond)
+	sleepPastLocks(t, c, recs)
 	n := renews.Load()
 	require.Positive(t, n, "the held records' locks were due for renewal")
 	require.LessOrEqual(t, n, int32(3), "at most one refused RENEW per acquisition")
