@@ -73,7 +73,8 @@ type AckedRecord struct {
 // renews them while it is open, and learns how it ended.
 //
 // A ShareAcks never changes once built: Merge returns a new one, and the
-// methods that read it return copies. The zero value is empty; it commits
+// methods that read it return copies. The zero value (new(ShareAcks), not
+// a nil pointer, which the transaction calls refuse) is empty; it commits
 // nothing. The type is defined on an internal one so that the packages of
 // this module, and nothing else, reach the consumer behind it.
 type ShareAcks acktrack.Set
@@ -81,8 +82,11 @@ type ShareAcks acktrack.Set
 // set is a's internal form.
 func (a *ShareAcks) set() *acktrack.Set { return (*acktrack.Set)(a) }
 
-// Len returns the number of acknowledgements. A nil ShareAcks has none.
-func (a *ShareAcks) Len() int { return a.set().Len() }
+// Len returns the number of acknowledged offsets: an offset acknowledged
+// twice (by Merge of overlapping acknowledgements, or a record passed
+// twice to Acks) counts once, since only its last acknowledgement is
+// sent. A nil ShareAcks has none.
+func (a *ShareAcks) Len() int { return a.set().Distinct() }
 
 // Partitions returns the acknowledged partitions, sorted by topic and
 // partition.

@@ -59,7 +59,8 @@
 //     and redo the work with the records that come back.
 //   - ErrInDoubt: a commit's answer was lost; AbortTransaction learns the
 //     outcome (nil: it had not committed; ErrCommitted: it had).
-//   - ErrCommitted: not a failure; the in-doubt transaction had committed.
+//   - ErrCommitted: not a failure; the in-doubt transaction had committed
+//     (AbortTransaction, AbortAcknowledgements, Close).
 //   - ErrFatal: fenced by a newer instance, not authorized, refused
 //     configuration: close the client.
 //   - ErrUnsupported: the cluster lacks what the call needs (KIP-1289,

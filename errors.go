@@ -40,9 +40,11 @@ var (
 
 	// ErrCommitted is not a failure: it is how AbortTransaction (or
 	// AbortAcknowledgements) reports that the transaction it was asked to
-	// abort, whose commit was in doubt (ErrInDoubt), had committed. Its
-	// outputs and acknowledgements took effect; treat it as a commit.
-	// The client is ready for the next transaction.
+	// abort, whose commit was in doubt (ErrInDoubt), had committed, and
+	// how Close reports that it learned the same while ending that
+	// transaction. Its outputs and acknowledgements took effect; treat it
+	// as a commit. After AbortTransaction the client is ready for the
+	// next transaction.
 	ErrCommitted = errors.New("transaction had committed")
 
 	// ErrFatal means the client can do nothing more: its producer was

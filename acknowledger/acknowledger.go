@@ -41,11 +41,14 @@ type Acknowledger struct {
 	// ends it.
 	open bool
 
-	mu        sync.Mutex // guards what follows; never held across a transaction
-	closed    bool
-	staged    []checkpoint // sorted by id
-	committed int64        // highest checkpoint id committed
-	anyCommit bool
+	mu     sync.Mutex // guards what follows; never held across a transaction
+	closed bool
+	staged []checkpoint // sorted by id
+	// committing holds the ids of the checkpoints the CommitCheckpoint in
+	// progress took, in order.
+	committing []int64
+	committed  int64 // highest checkpoint id committed
+	anyCommit  bool
 }
 
 // checkpoint is one Stage call waiting for its checkpoint to complete.
@@ -104,14 +107,14 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 	if !a.made() {
 		return nil, errNotMade(op)
 	}
-	if ctx == nil {
-		return nil, errs.Usage(op, errors.New("nil context"))
-	}
 	a.mu.Lock()
 	closed := a.closed
 	a.mu.Unlock()
 	if closed {
 		return nil, errClosed(op)
+	}
+	if ctx == nil {
+		return nil, errs.Usage(op, errors.New("nil context"))
 	}
 	select {
 	case a.txnSem <- struct{}{}:
@@ -180,14 +183,14 @@ func (a *Acknowledger) requireShareAcks(ctx context.Context, op string) error {
 // then learn it.
 func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	const op = "commit acknowledgements"
-	if acks == nil {
-		return errs.Usage(op, errors.New("nil acknowledgements"))
-	}
 	leave, err := a.enter(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer leave()
+	if acks == nil {
+		return errs.Usage(op, errors.New("nil acknowledgements"))
+	}
 	set := (*acktrack.Set)(acks)
 	if set.Len() == 0 {
 		return nil
@@ -221,24 +224,30 @@ func (a *Acknowledger) AbortAcknowledgements(ctx context.Context) error {
 type sendItem struct {
 	acks *acktrack.Set
 	meta kshare.ShareGroupMetadata
+	// checkpoint: the acknowledgements were staged with their consumers
+	// before the transaction (Stage), so they must be resolved however
+	// it fails. Others (CommitAcknowledgements) are staged only by the
+	// transaction, whose producer resolves what it staged.
+	checkpoint bool
 }
 
 // runTxn begins a transaction, sends items and commits. On failure it
 // aborts (unless the producer is fatally broken), which also learns the
 // outcome of a commit whose answer was lost, and tells the trackers of
-// items that never joined the transaction that they will not be sent; the
-// producer tells the others when the transaction's outcome is known. Every
-// item's tracker is resolved once (guarded makes a second call a no-op).
-// Called with txnSem held.
+// checkpoint items that never joined the transaction that they will not be
+// sent; the producer tells the others when the transaction's outcome is
+// known. Every staged item's tracker is resolved once (the fanout makes a
+// second call a no-op), and an item whose staging was refused is not
+// resolved at all: it may be staged elsewhere. Called with txnSem held.
 func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) error {
 	if err := a.p.BeginTransaction(); err != nil {
-		resolveAll(items, false)
+		dropCheckpoints(items)
 		return err
 	}
 	err := func() error {
 		for i, it := range items {
 			if err := a.p.SendShareAcksToTransaction(ctx, (*kshare.ShareAcks)(it.acks), it.meta); err != nil {
-				resolveAll(items[i:], false)
+				dropCheckpoints(items[i:])
 				return err
 			}
 		}
@@ -268,18 +277,24 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 		return aerr
 	}
 	// The outcome stays what the commit said (abortable, or in doubt),
-	// unless the abort found the acknowledger unable to go on.
+	// unless the abort found the acknowledger unable to go on (fatal). An
+	// abort refused because Close began (ErrClosed) changes nothing: the
+	// commit came before Close, and Close ends the transaction itself.
 	class := errs.ClassOf(err)
-	if c := errs.ClassOf(aerr); c == kshare.ErrFatal || c == kshare.ErrClosed || class == nil {
+	if c := errs.ClassOf(aerr); c == kshare.ErrFatal || class == nil {
 		class = c
 	}
 	return errs.New(class, op, fmt.Errorf("%w (abort failed too: %w)", err, aerr))
 }
 
-func resolveAll(items []sendItem, committed bool) {
+// dropCheckpoints tells the trackers of the checkpoint items that they
+// will not be sent. The other items are left alone: their staging was
+// refused (a tracker hears Resolve only for what its Stage accepted), or
+// the producer resolves them.
+func dropCheckpoints(items []sendItem) {
 	for _, it := range items {
-		if t := it.acks.Tracker(); t != nil {
-			t.Resolve(it.acks, committed)
+		if t := it.acks.Tracker(); t != nil && it.checkpoint {
+			t.Resolve(it.acks, false)
 		}
 	}
 }
@@ -289,7 +304,9 @@ func resolveAll(items []sendItem, committed bool) {
 // transaction in progress the way producer.Producer.Close does: a
 // transaction call running in another goroutine is waited for within ctx
 // and cut short after, and a transaction left open is aborted. It returns
-// the producer's error: nil, or why a transaction could not be ended.
+// the producer's error: nil, an error matching kshare.ErrCommitted (not a
+// failure: it learned that an in-doubt commit had committed), or why a
+// transaction could not be ended.
 // Every staged acknowledgement has been resolved once when it returns, and
 // calls after it fail with kshare.ErrClosed. Calling it again waits for
 // the first Close within ctx and returns nil.
@@ -348,9 +365,9 @@ func groupByMember(cps []checkpoint) []sendItem {
 	for _, m := range order {
 		var t acktrack.Tracker
 		if ps := parts[m]; len(ps) > 0 {
-			t = &fanout{parts: ps}
+			t = &fanout{parts: ps, again: true}
 		}
-		out = append(out, sendItem{acks: byMeta[m].Retyped(t, func(typ int8) int8 { return typ }), meta: m})
+		out = append(out, sendItem{acks: byMeta[m].Retyped(t, func(typ int8) int8 { return typ }), meta: m, checkpoint: true})
 	}
 	return out
 }
@@ -369,15 +386,29 @@ func guarded(acks *acktrack.Set) *acktrack.Set {
 // once, since both the producer (once a transaction ends) and the
 // acknowledger (for acknowledgements that never joined one) may report it.
 type fanout struct {
-	parts    []*acktrack.Set
+	parts []*acktrack.Set
+	// again: the parts are staged checkpoints, which the acknowledger
+	// owns; joining the commit transaction checks them again. Otherwise
+	// (CommitAcknowledgements) this is their first staging.
+	again    bool
 	resolved atomic.Bool
 }
 
-// Stage checks every part again with its own tracker (the consumer renews
-// staged locks, but one may still have been lost).
-func (f *fanout) Stage(_ *acktrack.Set, group, member string) error {
-	for _, part := range f.parts {
-		if err := part.Tracker().Stage(part, group, member); err != nil {
+// Stage stages every part with its own tracker, for the transaction st
+// describes; for staged checkpoints it checks them again (the consumer
+// renews staged locks, but one may still have been lost) and hands on the
+// transaction's deadline.
+func (f *fanout) Stage(_ *acktrack.Set, st acktrack.Staging) error {
+	st.Again = f.again
+	for i, part := range f.parts {
+		if err := part.Tracker().Stage(part, st); err != nil {
+			if !f.again {
+				// Nothing changes on a refusal: the parts staged by
+				// this call are let go.
+				for _, done := range f.parts[:i] {
+					done.Tracker().Resolve(done, false)
+				}
+			}
 			return err
 		}
 	}

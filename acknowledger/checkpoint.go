@@ -22,22 +22,24 @@ import (
 // (shareconsumer.ErrLockExpired, kshare.ErrAbortable: a lock already ran
 // out; shareconsumer.ErrNotHeld or another kshare.ErrUsage error: records
 // the consumer does not hold, another member's metadata), with
-// kshare.ErrUsage for nil or invalid acknowledgements or a checkpoint id
-// not above the last committed one, and with kshare.ErrClosed after
-// Close. Empty acks are accepted and keep nothing.
+// kshare.ErrUsage for nil or invalid acknowledgements, acknowledgements
+// already staged (in a checkpoint or a transaction that has not ended:
+// stage each ShareAcks once) or a checkpoint id not above the last
+// committed one, and with kshare.ErrClosed after Close. Empty acks are
+// accepted and keep nothing.
 func (a *Acknowledger) Stage(checkpointID int64, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	const op = "stage checkpoint acknowledgements"
 	if !a.made() {
 		return errNotMade(op)
 	}
-	set := (*acktrack.Set)(acks)
-	if err := txn.ValidateShareAcks(set, meta); err != nil {
-		return errs.Usage(op, err)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return errClosed(op)
+	}
+	set := (*acktrack.Set)(acks)
+	if err := txn.ValidateShareAcks(set, meta); err != nil {
+		return errs.Usage(op, err)
 	}
 	if a.anyCommit && checkpointID <= a.committed {
 		return errs.Usage(op, fmt.Errorf("checkpoint %d is not above the last committed checkpoint %d", checkpointID, a.committed))
@@ -45,8 +47,13 @@ func (a *Acknowledger) Stage(checkpointID int64, acks *kshare.ShareAcks, meta ks
 	if set.Len() == 0 {
 		return nil
 	}
+	for _, cp := range a.staged {
+		if cp.acks == set {
+			return errs.Usage(op, fmt.Errorf("checkpoint %d: these acknowledgements are already staged in checkpoint %d; stage each ShareAcks once", checkpointID, cp.id))
+		}
+	}
 	if t := set.Tracker(); t != nil {
-		if err := t.Stage(set, meta.GroupID, meta.MemberID); err != nil {
+		if err := t.Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID}); err != nil {
 			class := errs.ClassOf(err)
 			if class == nil {
 				class = kshare.ErrAbortable
@@ -77,8 +84,13 @@ func (a *Acknowledger) Staged() []int64 {
 }
 
 // take removes and returns the checkpoints staged with an id up to
-// checkpointID; it fails once Close has dropped them all.
-func (a *Acknowledger) take(op string, checkpointID int64) ([]checkpoint, error) {
+// checkpointID; it fails once Close has dropped them all. With commit,
+// the checkpoints taken are remembered as being committed until
+// doneCommitting is called, so that AbortCheckpoint does not report them
+// dropped. Without it (AbortCheckpoint), it fails with kshare.ErrUsage,
+// taking nothing, if a commit in progress has taken a checkpoint up to
+// checkpointID.
+func (a *Acknowledger) take(op string, checkpointID int64, commit bool) ([]checkpoint, error) {
 	if !a.made() {
 		return nil, errNotMade(op)
 	}
@@ -87,10 +99,26 @@ func (a *Acknowledger) take(op string, checkpointID int64) ([]checkpoint, error)
 	if a.closed {
 		return nil, errClosed(op)
 	}
+	if !commit && len(a.committing) > 0 && a.committing[0] <= checkpointID {
+		return nil, errs.Usage(op, fmt.Errorf("checkpoint %d is being committed (CommitCheckpoint is in progress): it cannot be dropped, and its commit decides", a.committing[0]))
+	}
 	n := sort.Search(len(a.staged), func(i int) bool { return a.staged[i].id > checkpointID })
 	out := append([]checkpoint(nil), a.staged[:n]...)
 	a.staged = append(a.staged[:0], a.staged[n:]...)
+	if commit {
+		a.committing = a.committing[:0]
+		for _, cp := range out {
+			a.committing = append(a.committing, cp.id)
+		}
+	}
 	return out, nil
+}
+
+// doneCommitting forgets the checkpoints that the commit in progress took.
+func (a *Acknowledger) doneCommitting() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.committing = a.committing[:0]
 }
 
 // CommitCheckpoint commits, in one transaction, every acknowledgement
@@ -114,10 +142,11 @@ func (a *Acknowledger) CommitCheckpoint(ctx context.Context, checkpointID int64)
 		return err
 	}
 	defer leave()
-	cps, err := a.take(op, checkpointID)
+	cps, err := a.take(op, checkpointID, true)
 	if err != nil {
 		return err
 	}
+	defer a.doneCommitting()
 	if len(cps) > 0 {
 		if err := a.runTxn(ctx, op, groupByMember(cps)); err != nil {
 			a.logger.Info("checkpoint failed; its records come back to the group", "checkpoint", checkpointID, "err", err)
@@ -137,10 +166,13 @@ func (a *Acknowledger) CommitCheckpoint(ctx context.Context, checkpointID int64)
 // It sends nothing itself: it tells the consumers, which stop renewing the
 // records' locks and release them at once (ShareAcknowledge RELEASE,
 // delivery count not raised), the same way they release the records of an
-// aborted transaction. It fails only with kshare.ErrClosed after Close
-// (which dropped everything already).
+// aborted transaction. It fails with kshare.ErrClosed after Close (which
+// dropped everything already), and with kshare.ErrUsage, dropping
+// nothing, while a CommitCheckpoint in progress is committing a
+// checkpoint up to checkpointID: that commit's result says whether those
+// acknowledgements took effect.
 func (a *Acknowledger) AbortCheckpoint(checkpointID int64) error {
-	cps, err := a.take("abort checkpoint", checkpointID)
+	cps, err := a.take("abort checkpoint", checkpointID, false)
 	if err != nil {
 		return err
 	}

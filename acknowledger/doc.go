@@ -31,6 +31,9 @@
 // Staging sends nothing, but it tells the consumer, which checks the locks
 // at once and renews them until the checkpoint commits or fails: a
 // checkpoint interval longer than the lock duration redelivers nothing.
+// Stage each ShareAcks once: acknowledgements already staged (in a
+// checkpoint, or a transaction that has not ended) are refused with
+// kshare.ErrUsage.
 //
 // What happens to staged acknowledgements when a checkpoint fails: they
 // take effect nowhere, and their records come back to the group at once,
@@ -41,7 +44,9 @@
 // are made available by the transaction's abort instead.
 //
 //   - AbortCheckpoint(id) (the checkpoint failed before commit) drops
-//     everything staged up to id; it sends nothing itself.
+//     everything staged up to id; it sends nothing itself. While a
+//     CommitCheckpoint is committing a checkpoint up to id, it drops
+//     nothing and fails with kshare.ErrUsage: that commit decides.
 //   - A CommitCheckpoint that fails aborts its transaction and drops the
 //     checkpoint. The checkpoint's work must be redone with the
 //     redelivered records.

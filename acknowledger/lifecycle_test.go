@@ -107,5 +107,5 @@ func TestCloseDuringCommitAcknowledgements(t *testing.T) {
 	require.ErrorIs(t, a.InitTransactions(e.ctx), kshare.ErrClosed)
 	require.NoError(t, a.Close(e.ctx), "a second Close")
 	var nilCtx context.Context
-	require.ErrorIs(t, a.AbortAcknowledgements(nilCtx), kshare.ErrUsage)
+	require.ErrorIs(t, a.AbortAcknowledgements(nilCtx), kshare.ErrClosed, "after Close, even a call with a nil ctx is closed")
 }

@@ -37,8 +37,11 @@
 //
 // A transaction that carries only acknowledgements commits too: a filter
 // that drops a whole batch must still acknowledge it. Commit fails with
-// ErrAbortable if any record of the transaction failed, if a partition
-// leader refused an acknowledgement (INVALID_RECORD_STATE: the lock expired
+// ErrAbortable if any record of the transaction failed or was refused
+// (a record without a topic dooms its transaction, as the loop above,
+// which passes no promise, would otherwise commit the input's
+// acknowledgement without its output), if a partition leader refused an
+// acknowledgement (INVALID_RECORD_STATE: the lock expired
 // or the record is not held by this member), or if a retriable error
 // outlasted the context or the transaction timeout.
 //

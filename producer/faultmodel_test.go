@@ -576,8 +576,8 @@ type fmTracker struct {
 	resolved []bool
 }
 
-func (f *fmTracker) Stage(acks *acktrack.Set, group, member string) error {
-	err := f.inner.Stage(acks, group, member)
+func (f *fmTracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
+	err := f.inner.Stage(acks, st)
 	if err == nil {
 		f.mu.Lock()
 		f.staged++

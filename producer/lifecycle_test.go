@@ -17,6 +17,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/testkit/bundled"
 	"github.com/kshare-go/kshare/internal/txn"
 )
@@ -126,12 +127,15 @@ func TestCloseDuringCommitCommitsAllOrNothing(t *testing.T) {
 				require.Equal(t, n, visible, "a successful commit committed every record")
 				require.Zero(t, failed.Load(), "no promise of a committed record failed")
 			case errors.Is(commitErr, kshare.ErrInDoubt):
-				require.Error(t, closeErr, "Close could not learn the outcome and says so")
+				require.Error(t, closeErr, "Close either could not learn the outcome or learned that it committed, and says so")
+				if errors.Is(closeErr, kshare.ErrCommitted) {
+					require.Equal(t, n, visible, "Close said the in-doubt commit had committed")
+				}
 			default:
 				require.ErrorIs(t, commitErr, kshare.ErrAbortable)
 				require.Zero(t, visible, "a failed commit committed nothing")
 			}
-			if closeErr == nil {
+			if closeErr == nil || errors.Is(closeErr, kshare.ErrCommitted) {
 				require.Contains(t, []string{"Empty", "CompleteCommit", "CompleteAbort"}, state,
 					"Close returned nil, so it left no transaction open")
 			}
@@ -226,7 +230,9 @@ func TestLostCommitAnswerIsLearned(t *testing.T) {
 			case "CommitTransaction":
 				require.NoError(t, p.CommitTransaction(ctx))
 			case "Close":
-				require.NoError(t, p.Close(ctx))
+				err := p.Close(ctx)
+				require.ErrorIs(t, err, kshare.ErrCommitted, "Close tells an in-doubt commit it learned had committed from an abort")
+				require.Equal(t, kshare.ErrCommitted, errs.ClassOf(err), "ErrCommitted is the error's only class")
 			}
 			m := p.Metrics()
 			require.EqualValues(t, 1, m.TransactionsCommitted, "the metrics say it committed")
@@ -399,12 +405,29 @@ func TestMisuseGetsErrors(t *testing.T) {
 	require.NoError(t, p.BeginTransaction())
 	require.ErrorIs(t, p.BeginTransaction(), kshare.ErrUsage, "twice")
 	require.ErrorIs(t, p.CommitTransaction(nilCtx), kshare.ErrUsage)
-	require.ErrorIs(t, p.SendShareAcksToTransaction(nilCtx, ka(acktrack.New(nil)), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"}), kshare.ErrUsage)
-	require.ErrorIs(t, p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr(), kshare.ErrUsage)
 	require.ErrorIs(t, p.Flush(nilCtx), kshare.ErrUsage)
-	require.Equal(t, txn.StateInTransaction, p.txn.State(), "usage errors change nothing")
+	require.Equal(t, txn.StateInTransaction, p.txn.State(), "usage errors of calls that add nothing change nothing")
 	produceValues(t, p, "misuse", "kept")
 	require.NoError(t, p.CommitTransaction(ctx))
+
+	// A call that was to add something to the transaction and is refused
+	// dooms it, even as a usage error: it must not commit without it.
+	for name, refuse := range map[string]func() error{
+		"SendShareAcksToTransaction": func() error {
+			return p.SendShareAcksToTransaction(nilCtx, ka(acktrack.New(nil)), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m"})
+		},
+		"SendOffsetsToTransaction": func() error {
+			return p.SendOffsetsToTransaction(nilCtx, nil, GroupMetadata{GroupID: "g", Generation: -1})
+		},
+		"Produce": func() error { return p.ProduceSync(nilCtx, &kgo.Record{Topic: "misuse"}).FirstErr() },
+	} {
+		require.NoError(t, p.BeginTransaction())
+		produceValues(t, p, "misuse", "doomed by "+name)
+		require.ErrorIs(t, refuse(), kshare.ErrUsage, name)
+		require.Equal(t, txn.StateAbortableError, p.txn.State(), "%s refused dooms the transaction", name)
+		require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrAbortable, name)
+		require.NoError(t, p.AbortTransaction(ctx))
+	}
 
 	require.NoError(t, p.BeginTransaction())
 	produceValues(t, p, "misuse", "aborted-by-close")

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,35 +10,79 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/retry"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // metadataRetry is how soon the dispatcher looks again at a partition that
 // has no known leader.
 const metadataRetry = 50 * time.Millisecond
 
-// topic returns the named topic, loading its metadata on first use. It
-// retries while the topic does not exist yet or a partition has no leader,
-// until ctx or the transaction deadline ends.
-func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
+// topic returns the named topic, loading its metadata on first use for a
+// record of transaction txnNum. It retries while the topic does not exist
+// yet or a partition has no leader, until ctx or the transaction deadline
+// ends, or the transaction is abandoned (errAbandoned: Abort or Close).
+func (p *Producer) topic(ctx context.Context, name string, txnNum uint64) (*topic, error) {
 	p.topicsMu.RLock()
 	t := p.topics[name]
 	p.topicsMu.RUnlock()
 	if t != nil {
 		return t, nil
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(p.waits.of(txnNum), func() { cancel(errAbandoned) })
+	defer stop()
 	if dl := p.txn.Deadline(); !dl.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
+		ctx, cancel = context.WithDeadlineCause(ctx, dl, txn.ErrTransactionTimeout)
 		defer cancel()
 	}
-	p.metaMu.Lock()
-	defer p.metaMu.Unlock()
-	p.topicsMu.RLock()
-	t = p.topics[name]
-	p.topicsMu.RUnlock()
-	if t != nil {
-		return t, nil
+	t, err := p.loadTopic(ctx, name)
+	if err != nil && errors.Is(context.Cause(ctx), errAbandoned) {
+		return nil, errAbandoned
 	}
+	return t, err
+}
+
+// loadTopic returns topic name, loading its metadata unless another Produce
+// is loading it already, in which case it waits for that load, within
+// ctx. Loads of different topics run at once: a topic that does not exist
+// does not hold up the records of one that does.
+func (p *Producer) loadTopic(ctx context.Context, name string) (*topic, error) {
+	for {
+		p.topicsMu.Lock()
+		if t := p.topics[name]; t != nil {
+			p.topicsMu.Unlock()
+			return t, nil
+		}
+		loading, ok := p.loading[name]
+		if !ok {
+			loading = make(chan struct{})
+			p.loading[name] = loading
+		}
+		p.topicsMu.Unlock()
+		if !ok {
+			t, err := p.fetchTopic(ctx, name)
+			p.topicsMu.Lock()
+			delete(p.loading, name)
+			if err == nil {
+				p.topics[name] = t
+			}
+			p.topicsMu.Unlock()
+			close(loading)
+			return t, err
+		}
+		select {
+		case <-loading: // loaded, or that load gave up: look again
+		case <-ctx.Done():
+			return nil, fmt.Errorf("metadata of topic %q: %w", name, retry.CtxErr(ctx))
+		}
+	}
+}
+
+// fetchTopic asks for the metadata of topic name until it names a leader
+// for every partition, within ctx, and returns the topic built from it.
+func (p *Producer) fetchTopic(ctx context.Context, name string) (*topic, error) {
 	fresh := false
 	tm, err := retry.Do(ctx, func(ctx context.Context) (kmsg.MetadataResponseTopic, error) {
 		m, err := p.metadata(ctx, []string{name}, fresh)
@@ -66,13 +111,10 @@ func (p *Producer) topic(ctx context.Context, name string) (*topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	t = &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
+	t := &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
 	t.mu.Lock()
 	t.applyMetadataLocked(tm)
 	t.mu.Unlock()
-	p.topicsMu.Lock()
-	p.topics[name] = t
-	p.topicsMu.Unlock()
 	return t, nil
 }
 

@@ -56,8 +56,9 @@ func (c *config) validate() error {
 	switch {
 	case c.txnID == "":
 		return errors.New("no transactional id (use TransactionalID)")
-	case c.txnTimeout <= 0:
-		return fmt.Errorf("transaction timeout %v is not positive", c.txnTimeout)
+	case c.txnTimeout < time.Millisecond:
+		// Sent in milliseconds: below one, it would be 0.
+		return fmt.Errorf("transaction timeout %v is below one millisecond", c.txnTimeout)
 	case c.linger < 0:
 		return fmt.Errorf("linger %v is negative", c.linger)
 	case c.batchMaxBytes < 1024:
@@ -90,7 +91,7 @@ func TransactionalID(id string) Opt { return optFunc(func(c *config) { c.txnID =
 // coordinator aborts a transaction open for longer, and every retry inside
 // a transaction gives up (with ErrAbortable) when it elapses. It must not
 // exceed the broker's transaction.max.timeout.ms, or InitTransactions fails
-// with ErrFatal.
+// with ErrFatal; New refuses one below a millisecond (ErrUsage).
 func TransactionTimeout(d time.Duration) Opt { return optFunc(func(c *config) { c.txnTimeout = d }) }
 
 // Linger sets how long a partition's batch waits for more records before it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,10 @@ type Producer struct {
 
 	topicsMu sync.RWMutex
 	topics   map[string]*topic
-	metaMu   sync.Mutex // one metadata load at a time
+	// loading holds, per topic whose first metadata load is running, a
+	// channel closed when it ends (loadTopic).
+	loading map[string]chan struct{}
+	waits   waits
 
 	buffered    atomic.Int64 // records holding a buffer slot (MaxBufferedRecords)
 	slotMu      sync.Mutex
@@ -86,12 +90,13 @@ func New(opts ...Opt) (*Producer, error) {
 	if cfg.autoCreateTopics {
 		kopts = append(kopts, kgo.AllowAutoTopicCreation())
 	}
-	cl, err := cfg.conn.NewClient(kopts...)
+	cl, dials, err := cfg.conn.NewClient(kopts...)
 	if err != nil {
 		return nil, errs.Usage(op, err)
 	}
 	mgr, err := txn.New(txn.Config{
 		Client:             cl,
+		Dials:              dials,
 		TransactionalID:    cfg.txnID,
 		TransactionTimeout: cfg.txnTimeout,
 		Logger:             cfg.conn.Logger,
@@ -109,6 +114,7 @@ func New(opts ...Opt) (*Producer, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		topics:     make(map[string]*topic),
+		loading:    make(map[string]chan struct{}),
 		wake:       make(chan struct{}, 1),
 		closed:     make(chan struct{}),
 		loopDone:   make(chan struct{}),
@@ -238,6 +244,9 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 	if !p.made() {
 		return errNotMade("commit transaction")
 	}
+	if p.closing.Load() {
+		return errClosed("commit transaction")
+	}
 	start := time.Now()
 	err := p.txn.Commit(ctx, p.flushForCommit, p.drain)
 	if err == nil {
@@ -247,9 +256,9 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 }
 
 // flushForCommit delivers every buffered record and reports whether all of
-// them were written.
+// them were written. A commit that Close waits for flushes too.
 func (p *Producer) flushForCommit(ctx context.Context) error {
-	if err := p.Flush(ctx); err != nil {
+	if err := p.flush(ctx); err != nil {
 		return err
 	}
 	if st := p.txn.State(); st != txn.StateCommitting {
@@ -274,6 +283,9 @@ func (p *Producer) flushForCommit(ctx context.Context) error {
 func (p *Producer) AbortTransaction(ctx context.Context) error {
 	if !p.made() {
 		return errNotMade("abort transaction")
+	}
+	if p.closing.Load() {
+		return errClosed("abort transaction")
 	}
 	return p.txn.Abort(ctx, p.drain)
 }
@@ -360,11 +372,14 @@ func errNotMade(op string) error {
 // nil) once with r and its fate: nil once the broker has written it, or a
 // classified error. A failed record dooms the transaction (ErrAbortable).
 // Produce blocks only while the buffer is full or the topic's metadata is
-// unknown, within ctx. Promises run on the producer's goroutines, in order
-// per partition, and must not block.
+// unknown, within ctx; AbortTransaction and Close end that wait (the
+// record fails with ErrAbortable or ErrClosed). Promises run on the
+// producer's goroutines, in order per partition, and must not block.
 //
 // r.Topic is required; r.Timestamp defaults to now; r.Partition is used as
-// given only with kgo.ManualPartitioner.
+// given only with kgo.ManualPartitioner. A record refused as ErrUsage (nil
+// record, nil ctx, no topic) during a transaction dooms that transaction
+// like any failed record: the application meant it to be part of it.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	const op = "produce"
 	if promise == nil {
@@ -372,18 +387,6 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	}
 	if !p.made() {
 		promise(r, errNotMade(op))
-		return
-	}
-	if r == nil {
-		promise(r, errs.Usage(op, errors.New("nil record")))
-		return
-	}
-	if ctx == nil {
-		promise(r, errs.Usage(op, errors.New("nil context")))
-		return
-	}
-	if r.Topic == "" {
-		promise(r, errs.Usage(op, errors.New("record has no topic")))
 		return
 	}
 	// Counting the record before checking the state pairs with Commit and
@@ -395,29 +398,57 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.refuseClosed(r, promise, st, txnNum)
 		return
 	}
-	if st != txn.StateInTransaction {
-		p.doneRecords(1)
-		promise(r, p.stateErr(op, st))
-		return
-	}
-	if err := p.acquireSlot(ctx); err != nil {
-		if p.ctx.Err() != nil {
-			p.refuseClosed(r, promise, st, txnNum)
-			return
+	if err := checkRecord(ctx, r); err != nil {
+		err = errs.Usage(op, err)
+		if st == txn.StateInTransaction {
+			p.txn.DoomTxn(txnNum, op, err)
 		}
-		p.failUnbuffered(r, promise, err)
+		p.resolve(r, promise, err)
 		return
 	}
-	t, err := p.topic(ctx, r.Topic)
+	if st != txn.StateInTransaction {
+		p.resolve(r, promise, p.stateErr(op, st))
+		return
+	}
+	if err := p.acquireSlot(ctx, txnNum); err != nil {
+		p.failWaiting(r, promise, txnNum, err)
+		return
+	}
+	t, err := p.topic(ctx, r.Topic, txnNum)
 	if err != nil {
 		p.releaseSlots(1)
-		p.failUnbuffered(r, promise, err)
+		p.failWaiting(r, promise, txnNum, err)
 		return
 	}
 	if err := p.buffer(t, r, promise, txnNum); err != nil {
 		p.releaseSlots(1)
-		p.failUnbuffered(r, promise, err)
+		p.failUnbuffered(r, promise, txnNum, err)
 	}
+}
+
+// checkRecord reports why Produce refuses r as a usage error, or nil.
+func checkRecord(ctx context.Context, r *kgo.Record) error {
+	switch {
+	case r == nil:
+		return errors.New("nil record")
+	case ctx == nil:
+		return errNilContext
+	case r.Topic == "":
+		return errors.New("record has no topic")
+	}
+	return nil
+}
+
+// errNilContext is the cause of the ErrUsage error of a call given a nil
+// context.
+var errNilContext = errors.New("nil context")
+
+// resolve hands a record that never reached a batch its fate, and only
+// then counts it resolved, as the send path does: a Flush, Abort or Close
+// that finds nothing outstanding finds every promise called.
+func (p *Producer) resolve(r *kgo.Record, promise func(*kgo.Record, error), err error) {
+	promise(r, err)
+	p.doneRecords(1)
 }
 
 // refuseClosed refuses a record because the producer is closing. If its
@@ -428,13 +459,28 @@ func (p *Producer) refuseClosed(r *kgo.Record, promise func(*kgo.Record, error),
 	if st == txn.StateInTransaction {
 		p.txn.FailTxn(txnNum, "produce", errs.Abortable("produce", errors.New("a record was refused: the producer is closing")))
 	}
-	p.doneRecords(1)
-	promise(r, errClosed("produce"))
+	p.resolve(r, promise, errClosed("produce"))
 }
 
-// acquireSlot takes one of the MaxBufferedRecords slots, waiting within ctx
-// while none is free.
-func (p *Producer) acquireSlot(ctx context.Context) error {
+// failWaiting fails a record whose wait for a buffer slot or for metadata
+// ended: its transaction was abandoned (refused as closed when Close
+// abandoned it), or ctx or the transaction timeout ended.
+func (p *Producer) failWaiting(r *kgo.Record, promise func(*kgo.Record, error), txnNum uint64, err error) {
+	if !errors.Is(err, errAbandoned) {
+		p.failUnbuffered(r, promise, txnNum, err)
+		return
+	}
+	if p.closing.Load() {
+		p.refuseClosed(r, promise, txn.StateInTransaction, txnNum)
+		return
+	}
+	p.failUnbuffered(r, promise, txnNum, errs.Abortable("produce", errors.New("transaction aborted before the record was sent")))
+}
+
+// acquireSlot takes one of the MaxBufferedRecords slots, waiting while
+// none is free, within ctx and until transaction txnNum is abandoned
+// (errAbandoned).
+func (p *Producer) acquireSlot(ctx context.Context, txnNum uint64) error {
 	limit := int64(p.cfg.maxBuffered)
 	for {
 		n := p.buffered.Load()
@@ -458,8 +504,8 @@ func (p *Producer) acquireSlot(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-p.ctx.Done():
-			return p.ctx.Err()
+		case <-p.waits.of(txnNum).Done():
+			return errAbandoned
 		}
 	}
 }
@@ -483,12 +529,10 @@ func (p *Producer) stateErr(op string, st txn.State) error {
 	return errs.Usage(op, fmt.Errorf("no transaction in progress (state %s)", st))
 }
 
-// failUnbuffered fails a record that never reached a batch; it dooms the
-// transaction like any failed record.
-func (p *Producer) failUnbuffered(r *kgo.Record, promise func(*kgo.Record, error), err error) {
-	cerr := p.txn.Fail("produce", err)
-	p.doneRecords(1)
-	promise(r, cerr)
+// failUnbuffered fails a record of transaction txnNum that never reached
+// a batch; it dooms that transaction like any failed record.
+func (p *Producer) failUnbuffered(r *kgo.Record, promise func(*kgo.Record, error), txnNum uint64, err error) {
+	p.resolve(r, promise, p.txn.FailTxn(txnNum, "produce", err))
 }
 
 // buffer partitions r and appends it to its partition's open batch of
@@ -558,14 +602,24 @@ func (p *Producer) doneRecords(n int64) {
 // records that failed have already reported it to their promises. It
 // returns nil once every record has its answer, ErrAbortable wrapping
 // ctx's error when ctx ends first (the records keep going, and their
-// promises still hear their fate), and ErrUsage for a nil ctx.
+// promises still hear their fate), ErrUsage for a nil ctx, and ErrClosed
+// once Close has begun (Close fails or waits for every record itself).
 func (p *Producer) Flush(ctx context.Context) error {
 	const op = "flush"
 	if !p.made() {
 		return errNotMade(op)
 	}
+	if p.closing.Load() {
+		return errClosed(op)
+	}
+	return p.flush(ctx)
+}
+
+// flush is Flush without the closing check.
+func (p *Producer) flush(ctx context.Context) error {
+	const op = "flush"
 	if ctx == nil {
-		return errs.Usage(op, errors.New("nil context"))
+		return errs.Usage(op, errNilContext)
 	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
@@ -596,9 +650,12 @@ func (p *Producer) waitDrained(ctx context.Context) error {
 	}
 }
 
-// drain fails every buffered record that is not in flight and waits for
-// those in flight: after it, nothing of the transaction is travelling.
+// drain fails every buffered record that is not in flight, ends the waits
+// of records not yet buffered, and waits for those in flight: after it,
+// nothing of the transaction is travelling.
 func (p *Producer) drain(ctx context.Context) error {
+	_, txnNum := p.txn.TxnState()
+	p.waits.abandon(txnNum)
 	p.failQueued(errs.Abortable("produce", errors.New("transaction aborted before the record was sent")))
 	p.poke()
 	return p.waitDrained(ctx)
@@ -636,9 +693,12 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 //   - Records produced while it closes are refused, and doom their
 //     transaction.
 //
-// It returns nil when no transaction is left open or unknown, and an
-// error when it could not end one (ctx ended, the coordinator was
-// unreachable): ErrAbortable (the coordinator aborts the transaction when
+// It returns nil when no transaction was open or it aborted the one that
+// was; an error matching kshare.ErrCommitted, which is not a failure, when
+// it learned that an in-doubt commit had committed (the transaction's
+// records and acknowledgements took effect); and an error when it could
+// not end a transaction (ctx ended, the coordinator was unreachable):
+// ErrAbortable (the coordinator aborts the transaction when
 // its timeout passes, or when the next producer with this transactional id
 // initializes) or ErrInDoubt (an in-doubt commit's outcome could not be
 // learned). Either way every staged acknowledgement has been resolved
@@ -665,6 +725,9 @@ func (p *Producer) Close(ctx context.Context) error {
 		return nil
 	}
 	defer close(p.closed)
+	// Records waiting for a buffer slot or metadata are refused now: they
+	// would otherwise hold Close until their own context ended.
+	p.waits.abandon(math.MaxUint64)
 	err := p.txn.Close(ctx, p.drain)
 	p.cancel()
 	<-p.loopDone

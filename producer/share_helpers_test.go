@@ -162,7 +162,7 @@ type recordingTracker struct {
 	resolved []bool
 }
 
-func (r *recordingTracker) Stage(*acktrack.Set, string, string) error {
+func (r *recordingTracker) Stage(*acktrack.Set, acktrack.Staging) error {
 	if r.onStage != nil {
 		r.onStage()
 	}

@@ -23,6 +23,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"tiny batches":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), BatchMaxBytes(10)},
 		"no buffer":       {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), MaxBufferedRecords(0)},
 		"zero timeout":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), TransactionTimeout(0)},
+		"sub-ms timeout":  {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), TransactionTimeout(999 * time.Microsecond)},
+		"nil kgo option":  {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), KgoOpts(kgo.ClientID("x"), nil)},
+		"bad seed":        {SeedBrokers("::::"), TransactionalID("x")},
+		"empty seed":      {SeedBrokers(""), TransactionalID("x")},
 		"nil partitioner": {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), Partitioner(nil)},
 		"no in-flight":    {SeedBrokers("127.0.0.1:1"), TransactionalID("x"), MaxInflightPerBroker(0)},
 	} {
@@ -31,9 +35,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
-// Records outside a transaction, without a topic, or nil fail with
-// ErrUsage and change nothing; a record larger than a batch fails with
-// ErrAbortable (MESSAGE_TOO_LARGE) and dooms the transaction.
+// Records outside a transaction fail with ErrUsage and change nothing;
+// records without a topic, or nil, fail with ErrUsage and doom their
+// transaction (the application meant them to be part of it); a record
+// larger than a batch fails with ErrAbortable (MESSAGE_TOO_LARGE) and
+// dooms the transaction.
 func TestProduceErrors(t *testing.T) {
 	c := newCluster(t)
 	createTopic(t, c, "usage", 1)
@@ -41,12 +47,17 @@ func TestProduceErrors(t *testing.T) {
 	ctx := testCtx(t)
 	res := p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: []byte("early")})
 	require.ErrorIs(t, res.FirstErr(), kshare.ErrUsage, "no transaction yet")
+	require.Equal(t, txn.StateReady, p.txn.State())
+
+	for _, r := range []*kgo.Record{{Value: []byte("no topic")}, nil} {
+		require.NoError(t, p.BeginTransaction())
+		require.ErrorIs(t, p.ProduceSync(ctx, r).FirstErr(), kshare.ErrUsage)
+		require.Equal(t, txn.StateAbortableError, p.txn.State(), "a refused record dooms its transaction")
+		require.ErrorIs(t, p.CommitTransaction(ctx), kshare.ErrAbortable)
+		require.NoError(t, p.AbortTransaction(ctx))
+	}
 
 	require.NoError(t, p.BeginTransaction())
-	require.ErrorIs(t, p.ProduceSync(ctx, &kgo.Record{Value: []byte("no topic")}).FirstErr(), kshare.ErrUsage)
-	require.ErrorIs(t, p.ProduceSync(ctx, nil).FirstErr(), kshare.ErrUsage)
-	require.Equal(t, txn.StateInTransaction, p.txn.State())
-
 	err := p.ProduceSync(ctx, &kgo.Record{Topic: "usage", Value: make([]byte, 2000)}).FirstErr()
 	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.ErrorIs(t, err, kerr.MessageTooLarge)

@@ -169,12 +169,15 @@ func (s *session) doAck(st step) {
 		}
 	}
 	if jobErr != nil {
-		for _, srs := range st.renews {
+		for _, srs := range st.renews.staged {
 			for _, sr := range srs {
 				sr.renewing = false
 			}
 		}
 		s.renewRescanLocked()
+		for _, h := range st.renews.held {
+			h.acq.renewing = false
+		}
 		c.mu.Unlock()
 		failAll(st.jobs, jobErr)
 		failAll(failJobs, jobErr)
@@ -215,7 +218,7 @@ func (s *session) doAck(st step) {
 			}
 		}
 	}
-	if st.renews != nil {
+	if !st.renews.empty() {
 		s.applyRenewLocked(st, ar.AcquisitionLockTimeoutMillis, failed)
 	}
 	c.mu.Unlock()

@@ -14,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -28,6 +30,7 @@ import (
 type Consumer struct {
 	cfg      config
 	cl       *kgo.Client
+	dials    *kgoclient.Dials
 	logger   *slog.Logger
 	memberID string
 	decomp   kgo.Decompressor
@@ -42,7 +45,7 @@ type Consumer struct {
 	hbWake   chan struct{}
 	sessWG   sync.WaitGroup
 
-	pollMu  sync.Mutex    // one Poll at a time
+	pollSem chan struct{} // one Poll at a time; a channel, so that waiting ends with ctx
 	ready   chan struct{} // a fetch was buffered or an error queued
 	closeCh chan struct{} // closed when Close begins
 
@@ -65,6 +68,12 @@ type Consumer struct {
 	renewWarned  bool
 	renewMissing map[int32]bool // nodes known to lack ShareAcknowledge v2
 	missing      map[string]*missingTopic
+	// txnTimers give back the records of staged acknowledgements whose
+	// transaction times out before it is resolved (tracker.expire).
+	txnTimers map[*acktrack.Set]*time.Timer
+	// reachCheck reports a cluster that the consumer never reached
+	// (checkReached).
+	reachCheck *time.Timer
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
@@ -83,7 +92,7 @@ func New(opts ...Opt) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, errs.Usage(op, err)
 	}
-	cl, err := cfg.conn.NewClient(kgo.ConnIdleTimeout(connIdleTimeout))
+	cl, dials, err := cfg.conn.NewClient(kgo.ConnIdleTimeout(connIdleTimeout))
 	if err != nil {
 		return nil, errs.Usage(op, err)
 	}
@@ -95,11 +104,13 @@ func New(opts ...Opt) (*Consumer, error) {
 	c := &Consumer{
 		cfg:          cfg,
 		cl:           cl,
+		dials:        dials,
 		memberID:     base64.RawURLEncoding.EncodeToString(id[:]),
 		decomp:       kgo.DefaultDecompressor(),
 		hbDone:       make(chan struct{}),
 		hbWake:       make(chan struct{}, 1),
 		ready:        make(chan struct{}, 1),
+		pollSem:      make(chan struct{}, 1),
 		closeCh:      make(chan struct{}),
 		assigned:     make(map[kshare.TopicPartition]struct{}),
 		topicIDs:     make(map[string][16]byte),
@@ -109,10 +120,12 @@ func New(opts ...Opt) (*Consumer, error) {
 		decided:      make(map[*acquisition]struct{}),
 		renewMissing: make(map[int32]bool),
 		missing:      make(map[string]*missingTopic),
+		txnTimers:    make(map[*acktrack.Set]*time.Timer),
 	}
 	c.logger = cfg.conn.Logger.With("group", cfg.group, "member_id", c.memberID)
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.hbCtx, c.hbCancel = context.WithCancel(c.bgCtx)
+	c.reachCheck = time.AfterFunc(unreachableTimeout, c.checkReached)
 	go c.heartbeatLoop()
 	return c, nil
 }
@@ -216,19 +229,25 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 //
 // Poll returns either records or an error:
 //
-//   - kshare.ErrAbortable wrapping ctx's error when ctx ends first;
-//     fetched records stay buffered for the next Poll. It also reports
-//     background errors that should pass (a broker error the consumer
-//     retries), once each.
+//   - kshare.ErrAbortable wrapping ctx's error when ctx ends first
+//     (another Poll in progress is waited for within ctx); fetched
+//     records stay buffered for the next Poll. While the member is not in
+//     the group because no broker can be reached, the error names the
+//     last connection error too. It also reports background errors that
+//     should pass (a broker error the consumer retries), once each, and,
+//     once, a cluster that no connection has reached for 5s since New
+//     (mistyped seed brokers, say), with the connection error; the
+//     consumer keeps trying.
 //   - kshare.ErrUsage when a subscribed topic does not exist: metadata
-//     said so for UnknownTopicTimeout. The consumer keeps looking, so a
-//     topic created later is read; the error is reported once each time
-//     the topic goes missing.
+//     said so for 5s. The consumer keeps looking, so a topic created
+//     later is read; the error is reported once each time the topic goes
+//     missing. Also kshare.ErrUsage, on every Poll, for a group config
+//     the cluster refused (see SetGroupConfig).
 //   - kshare.ErrFatal for what the consumer cannot fix by itself
-//     (authorization, a group config the cluster refused: see
-//     SetGroupConfig), kshare.ErrUnsupported when the cluster does not
-//     serve share groups; such an error is returned by every Poll from
-//     then on, and the consumer should be closed.
+//     (authorization, an unknown broker error), kshare.ErrUnsupported
+//     when the cluster does not serve share groups; such an error is
+//     returned by every Poll from then on, and the consumer should be
+//     closed.
 //   - kshare.ErrClosed after Close, kshare.ErrUsage for a nil ctx.
 func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	const op = "poll"
@@ -238,8 +257,21 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	if ctx == nil {
 		return nil, errNilContext(op)
 	}
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
+	select {
+	case <-c.closeCh: // first: after Close, whether or not ctx ended
+		return nil, errClosed(op)
+	default:
+	}
+	// Another Poll in progress is waited for within ctx: a Poll must
+	// return when its own ctx ends.
+	select {
+	case c.pollSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, c.ctxEnded(op, ctx)
+	case <-c.closeCh:
+		return nil, errClosed(op)
+	}
+	defer func() { <-c.pollSem }()
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -276,7 +308,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, errs.Abortable(op, ctx.Err())
+			return nil, c.ctxEnded(op, ctx)
 		case <-c.closeCh:
 			return nil, errClosed(op)
 		case <-c.ready:
@@ -287,6 +319,49 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 			return nil, errClosed(op)
 		}
 	}
+}
+
+// ctxEnded is Poll's error when ctx ends first: kshare.ErrAbortable
+// wrapping ctx's error, and, while the member is not in the group and
+// connection attempts keep failing, the connection error, so that a
+// consumer that cannot reach the cluster does not just time out.
+func (c *Consumer) ctxEnded(op string, ctx context.Context) error {
+	err := ctx.Err()
+	c.mu.Lock()
+	joined := c.epoch != joinEpoch
+	c.mu.Unlock()
+	if !joined {
+		err = c.dials.Explain(err)
+	}
+	return errs.Abortable(op, err)
+}
+
+// unreachableTimeout is how long a new consumer may fail to connect to
+// any broker before Poll reports it: long enough for a cluster that is
+// starting, short enough that mistyped seed brokers do not look like an
+// idle topic.
+var unreachableTimeout = 5 * time.Second
+
+// checkReached reports to Poll, once, that no connection to a broker has
+// succeeded since New (unreachableTimeout ago), with the last connection
+// error. The consumer keeps trying.
+func (c *Consumer) checkReached() {
+	failing, _, connected := c.dials.State()
+	if connected {
+		return
+	}
+	cause := fmt.Errorf("no connection to the seed brokers %v has succeeded in %v; still trying", c.cfg.conn.Seeds, unreachableTimeout)
+	if failing != nil {
+		cause = fmt.Errorf("%w: %w", cause, failing)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	c.logger.Warn("share consumer cannot reach the cluster", "err", cause)
+	c.errs = append(c.errs, errs.Abortable("poll", cause))
+	c.signalReady()
 }
 
 // takeReadyLocked takes the buffered fetch of every session, marks its
@@ -504,6 +579,11 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	clear(c.decided)
 	c.queueLocked(js)
+	for _, tm := range c.txnTimers {
+		tm.Stop() // staged records are left alone
+	}
+	clear(c.txnTimers)
+	c.reachCheck.Stop()
 	c.closing = true
 	close(c.closeCh)
 	for _, s := range c.sessOrder {

@@ -40,14 +40,19 @@
 //   - that the records join a transaction: it refuses (with
 //     ErrLockExpired, which the producer reports as kshare.ErrAbortable) a
 //     record whose acquisition lock has passed or was lost, and (with
-//     kshare.ErrUsage) records it does not hold, another member's metadata
-//     or a call outside Transactional mode; from then on it renews the
-//     records' locks (ShareAcknowledge RENEW, KIP-1222) when less than half
-//     of the lock duration is left, until the transaction ends. A
-//     transaction (or an acknowledger checkpoint) may thus stay open longer
-//     than the lock duration without the records being delivered to anyone
-//     else. Brokers without ShareAcknowledge v2 cannot renew; the consumer
-//     logs it once and the records keep their first lock.
+//     kshare.ErrUsage) records it does not hold, another member's metadata,
+//     acknowledgements already staged in another transaction or checkpoint
+//     that has not ended (stage each ShareAcks once) or a call outside
+//     Transactional mode; from then on it renews the records' locks
+//     (ShareAcknowledge RENEW, KIP-1222) when less than half of the lock
+//     duration is left, until the transaction ends. A transaction (or an
+//     acknowledger checkpoint) may thus stay open longer than the lock
+//     duration without the records being delivered to anyone else, but not
+//     longer than its transaction timeout: at its deadline a transaction
+//     can no longer commit, so the consumer stops renewing its records and
+//     releases them, even if the application never ends it. Brokers without
+//     ShareAcknowledge v2 cannot renew; the consumer logs it once and the
+//     records keep their first lock.
 //   - how the transaction ended. Committed records are forgotten. After an
 //     abort the broker makes every record whose acknowledgement reached it
 //     available again; records whose acknowledgement never left the client
@@ -58,6 +63,14 @@
 //     failed or aborted checkpoint, an acknowledger that closes), and the
 //     only acknowledgement a Transactional consumer ever sends, besides GAP
 //     for offsets without a record and RENEW.
+//
+// With RenewHeldLocks(true), the records Poll returned that are not staged
+// yet are renewed the same way, so an application may work on a record
+// for longer than the lock duration before it stages it. A record it never
+// stages is then held until Close (or until a renewal fails: a lost
+// session, a broker without RENEW), not until its first lock runs out:
+// stage every record you poll, with AckRelease for those to give back. By
+// default such records keep their first lock.
 //
 // Close releases the records that were never put into a transaction and
 // leaves those staged in one to their transaction; see Consumer.Close and,

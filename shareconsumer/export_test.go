@@ -11,7 +11,7 @@ import (
 // does when they join it (tests only).
 func Stage(acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	set := (*acktrack.Set)(acks)
-	return set.Tracker().Stage(set, meta.GroupID, meta.MemberID)
+	return set.Tracker().Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID})
 }
 
 // TopicID returns the topic id acks carry for topic (tests only).
@@ -38,4 +38,39 @@ func SessionWork(c *Consumer) (steps, scans int) {
 		scans += s.renewScans
 	}
 	return steps, scans
+}
+
+// SetUnreachableTimeout sets how long a new consumer may fail to reach
+// any broker before Poll reports it, for consumers created afterwards,
+// and returns the function that restores it (tests only).
+func SetUnreachableTimeout(d time.Duration) (restore func()) {
+	old := unreachableTimeout
+	unreachableTimeout = d
+	return func() { unreachableTimeout = old }
+}
+
+// CheckReached runs the check that reports a cluster never reached,
+// at once (tests only).
+func CheckReached(c *Consumer) { c.checkReached() }
+
+// StageUntil stages acks as a transaction with the given deadline does
+// (tests only).
+func StageUntil(acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata, deadline time.Time) error {
+	set := (*acktrack.Set)(acks)
+	return set.Tracker().Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID, Deadline: deadline})
+}
+
+// Resolve tells the consumer that built acks how their transaction ended
+// (tests only).
+func Resolve(acks *kshare.ShareAcks, committed bool) {
+	set := (*acktrack.Set)(acks)
+	set.Tracker().Resolve(set, committed)
+}
+
+// TxnTimers returns how many staged acknowledgements wait for their
+// transaction's deadline (tests only).
+func TxnTimers(c *Consumer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.txnTimers)
 }

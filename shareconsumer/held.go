@@ -50,6 +50,33 @@ type acquisition struct {
 	// dead is set when the lock is known to be lost (session reset, leader
 	// moved, member fenced); the records must not be acknowledged.
 	dead bool
+	// renewing is set while a RENEW of its delivered records is in flight
+	// (Transactional mode); renewStopped once the broker refused one or
+	// cannot renew: the records keep the lock they have.
+	renewing     bool
+	renewStopped bool
+}
+
+// holdsDelivered reports whether Poll returned records of a that are
+// neither staged nor freed: the application holds them.
+func (a *acquisition) holdsDelivered() bool {
+	for _, st := range a.states {
+		if st == stDelivered {
+			return true
+		}
+	}
+	return false
+}
+
+// stagedSince reports whether one of offs, delivered when a RENEW of them
+// was sent, is no longer merely delivered (staged, or freed).
+func (a *acquisition) stagedSince(offs []int64) bool {
+	for _, off := range offs {
+		if a.contains(off) && a.states[off-a.first] != stDelivered {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *acquisition) last() int64 { return a.first + int64(len(a.states)) - 1 }

@@ -44,6 +44,11 @@ func ackSet(c *Consumer, tp kshare.TopicPartition, offs ...int64) *acktrack.Set 
 	return set
 }
 
+// stage stages set as a transaction of member m of group g does.
+func stage(c *Consumer, set *acktrack.Set) error {
+	return (*tracker)(c).Stage(set, acktrack.Staging{Group: "g", Member: "m"})
+}
+
 // A staged record lives in its acquisition: Stage refuses it to a second
 // transaction, Resolve of a commit frees it, and a record the broker
 // delivered again while it was staged (the lock expired) belongs to the
@@ -55,13 +60,16 @@ func TestStagedRecordsFollowTheirAcquisition(t *testing.T) {
 	old := delivered(c, s, tp, 0, 4)
 
 	first := ackSet(c, tp, 0, 1, 2)
-	if err := (*tracker)(c).Stage(first, "g", "m"); err != nil {
+	if err := stage(c, first); err != nil {
 		t.Fatalf("stage: %v", err)
 	}
-	if err := (*tracker)(c).Stage(first, "g", "m"); err != nil {
-		t.Fatalf("staging the same acks again: %v", err)
+	if err := stage(c, first); !errors.Is(err, kshare.ErrUsage) {
+		t.Fatalf("staging the same acks again: got %v, want ErrUsage", err)
 	}
-	if err := (*tracker)(c).Stage(ackSet(c, tp, 2, 3), "g", "m"); !errors.Is(err, ErrNotHeld) {
+	if err := (*tracker)(c).Stage(first, acktrack.Staging{Group: "g", Member: "m", Again: true}); err != nil {
+		t.Fatalf("staging the same acks again, checked by their owner: %v", err)
+	}
+	if err := stage(c, ackSet(c, tp, 2, 3)); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("staging a record of another transaction: got %v, want ErrNotHeld", err)
 	}
 	for off, want := range []recState{stStaged, stStaged, stStaged, stDelivered} {
@@ -83,7 +91,7 @@ func TestStagedRecordsFollowTheirAcquisition(t *testing.T) {
 	}
 
 	second := ackSet(c, tp, 1, 2)
-	if err := (*tracker)(c).Stage(second, "g", "m"); err != nil {
+	if err := stage(c, second); err != nil {
 		t.Fatalf("staging the new delivery: %v", err)
 	}
 	(*tracker)(c).Resolve(first, true)
@@ -109,15 +117,15 @@ func TestDueRenewalsScanStagedRecords(t *testing.T) {
 	c, s := stagingConsumer()
 	tp := kshare.TopicPartition{Topic: "in", Partition: 0}
 	a := delivered(c, s, tp, 10, 3)
-	if err := (*tracker)(c).Stage(ackSet(c, tp, 10, 12), "g", "m"); err != nil {
+	if err := stage(c, ackSet(c, tp, 10, 12)); err != nil {
 		t.Fatalf("stage: %v", err)
 	}
 	due, next := s.dueRenewalsLocked(time.Now())
-	if len(due) != 0 || next.IsZero() {
+	if !due.empty() || next.IsZero() {
 		t.Fatalf("fresh locks due for renewal: %v, next %v", due, next)
 	}
 	due, _ = s.dueRenewalsLocked(a.deadline.Add(-time.Second))
-	if got := due[tp]; len(got) != 2 || got[0].off != 10 || got[1].off != 12 {
+	if got := due.staged[tp]; len(got) != 2 || got[0].off != 10 || got[1].off != 12 {
 		t.Fatalf("due at the end of the lock: %v, want offsets 10 and 12", got)
 	}
 }

@@ -60,6 +60,9 @@ type config struct {
 	maxRecords int32
 	maxWait    time.Duration
 	maxBytes   int32
+	// renewHeld is RenewHeldLocks: renew held records that are not
+	// staged.
+	renewHeld bool
 	// groupConfig is SetGroupConfig's, and groupConfigs its validated
 	// form.
 	groupConfig  *GroupConfig
@@ -154,6 +157,20 @@ func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords
 // records (default 500ms). It also bounds how long a queued acknowledgement
 // waits behind a fetch in flight.
 func MaxWait(d time.Duration) Opt { return optFunc(func(c *config) { c.maxWait = d }) }
+
+// RenewHeldLocks sets whether a Transactional consumer renews the locks of
+// the records Poll returned that are not staged in a transaction yet, as
+// it renews those of staged records (default false: they keep the lock
+// their fetch got). With true, an application may work on a record for
+// longer than the lock duration and still stage it, and no other member
+// gets it meanwhile; but a record it never stages, or an application that
+// stalls without closing (a fenced instance that keeps polling), holds
+// its records until Close, since nothing bounds that hold the way the
+// transaction timeout bounds a staged one. With false, work that outlasts
+// the lock fails to stage with ErrLockExpired while the group delivers the
+// records again, and forgotten records come back when their lock runs
+// out. Other modes never renew.
+func RenewHeldLocks(on bool) Opt { return optFunc(func(c *config) { c.renewHeld = on }) }
 
 // FetchMaxBytes caps the bytes of one ShareFetch response (default 50 MiB).
 func FetchMaxBytes(n int32) Opt { return optFunc(func(c *config) { c.maxBytes = n }) }

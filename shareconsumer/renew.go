@@ -17,21 +17,61 @@ import (
 // acknowledgements (KIP-1222, Kafka 4.2).
 const renewVersion = 2
 
-// dueRenewalsLocked returns the staged records of this session whose locks
-// should be renewed now (less than half the lock duration left), and when
-// the next one falls due. A staged record whose deadline already passed is
-// given up: its lock is gone.
-func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]*stagedRec, time.Time) {
+// renewals is what one RENEW request of a session renews: per partition
+// either records of one staging unit or the delivered records of one
+// acquisition, never both, since the broker refuses a partition's RENEW
+// as a whole.
+type renewals struct {
+	staged map[kshare.TopicPartition][]*stagedRec
+	held   map[kshare.TopicPartition]*heldRenewal
+}
+
+// heldRenewal is the renewal of the records of one acquisition that Poll
+// returned and the application has not staged yet.
+type heldRenewal struct {
+	acq  *acquisition
+	offs []int64
+}
+
+func (r renewals) empty() bool { return len(r.staged) == 0 && len(r.held) == 0 }
+
+// dueRenewalsLocked returns the records of this session whose locks should
+// be renewed now (less than half the lock duration left), and when the
+// next one falls due: records staged in a transaction or checkpoint, and,
+// with RenewHeldLocks, records Poll returned that are not staged yet, since
+// the application holds them while it works on them and stages them later.
+// A record whose deadline already passed is given up: its lock is gone.
+//
+// Staged records are scanned only when one falls due (renewAt) or
+// something changed (renewStale); held records are scanned at every step,
+// since Poll hands them out without telling the session.
+func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
+	var due renewals
 	if s.c.cfg.mode != Transactional {
-		return nil, time.Time{}
+		return due, time.Time{}
 	}
 	ahead := s.renewAheadLocked()
-	if !s.renewStale && (s.renewAt.IsZero() || now.Before(s.renewAt)) {
-		return nil, s.renewAt
+	if !s.c.cfg.renewHeld && !s.renewStale && (s.renewAt.IsZero() || now.Before(s.renewAt)) {
+		return due, s.renewAt
 	}
 	s.renewScans++
-	var due map[kshare.TopicPartition][]*stagedRec
 	var next time.Time
+	// check says whether a lock ending at deadline is to be renewed now
+	// (renew) or is gone (expired); otherwise it keeps next at the
+	// earliest time a lock falls due.
+	check := func(deadline time.Time) (renew, expired bool) {
+		if !now.Before(deadline) {
+			return false, true
+		}
+		at := deadline.Add(-ahead)
+		if now.Before(at) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			return false, false
+		}
+		return true, false
+	}
 	for tp, p := range s.c.held.parts {
 		for _, a := range p.acqs {
 			if a.sess != s || a.dead || a.staged == nil {
@@ -42,27 +82,40 @@ func (s *session) dueRenewalsLocked(now time.Time) (map[kshare.TopicPartition][]
 				if sr == nil || sr.stopped || sr.renewing {
 					continue
 				}
-				if !now.Before(sr.deadline) {
-					sr.stopped = true
+				renew, expired := check(sr.deadline)
+				sr.stopped = expired
+				if !renew {
 					continue
 				}
-				at := sr.deadline.Add(-ahead)
-				if now.Before(at) {
-					if next.IsZero() || at.Before(next) {
-						next = at
-					}
-					continue
+				if due.staged == nil {
+					due.staged = make(map[kshare.TopicPartition][]*stagedRec)
 				}
-				if due == nil {
-					due = make(map[kshare.TopicPartition][]*stagedRec)
-				}
-				due[tp] = append(due[tp], sr)
+				due.staged[tp] = append(due.staged[tp], sr)
+			}
+		}
+		if due.staged[tp] != nil || !s.c.cfg.renewHeld {
+			continue // one kind of renewal per partition and request
+		}
+		for _, a := range p.acqs {
+			if a.sess != s || a.dead || a.renewStopped || a.renewing || !a.holdsDelivered() {
+				continue
+			}
+			renew, expired := check(a.deadline)
+			a.renewStopped = expired
+			if !renew {
+				continue
+			}
+			if due.held == nil {
+				due.held = make(map[kshare.TopicPartition]*heldRenewal)
+			}
+			if due.held[tp] == nil {
+				due.held[tp] = &heldRenewal{acq: a}
 			}
 		}
 	}
 	// What is due now is renewed (or probed for) by this step; until the
 	// step has marked it renewing, scan again.
-	s.renewAt, s.renewStale = next, len(due) > 0
+	s.renewAt, s.renewStale = next, !due.empty()
 	return due, next
 }
 
@@ -91,9 +144,27 @@ func (s *session) renewAheadLocked() time.Duration {
 // renewStepLocked builds a ShareAcknowledge that renews the due records.
 // RENEW is sent on its own request: the broker takes it only with
 // IsRenewAck set, and a ShareFetch carrying it could not fetch.
-func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][]*stagedRec) step {
-	merged := make(map[kshare.TopicPartition]*jobPart, len(due))
-	for tp, srs := range due {
+func (s *session) renewStepLocked(now time.Time, due renewals) step {
+	merged := make(map[kshare.TopicPartition]*jobPart, len(due.staged)+len(due.held))
+	for tp, h := range due.held {
+		a := h.acq
+		a.renewing = true
+		p := &jobPart{topicID: a.topicID}
+		for i, st := range a.states {
+			if st != stDelivered {
+				continue
+			}
+			off := a.first + int64(i)
+			h.offs = append(h.offs, off)
+			if n := len(p.batches); n > 0 && p.batches[n-1].LastOffset == off-1 {
+				p.batches[n-1].LastOffset = off
+				continue
+			}
+			p.batches = append(p.batches, wire.AcknowledgementBatch{FirstOffset: off, LastOffset: off, AcknowledgeType: wire.AckRenew})
+		}
+		merged[tp] = p
+	}
+	for tp, srs := range due.staged {
 		sort.Slice(srs, func(i, j int) bool { return srs[i].off < srs[j].off })
 		// One staging unit per partition per request: the broker refuses a
 		// partition's RENEW as a whole, and a unit whose commit lands while
@@ -107,7 +178,7 @@ func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][
 			}
 		}
 		srs = kept
-		due[tp] = srs
+		due.staged[tp] = srs
 		p := &jobPart{topicID: srs[0].acq.topicID}
 		for _, sr := range srs {
 			sr.renewing = true
@@ -127,11 +198,14 @@ func (s *session) renewStepLocked(now time.Time, due map[kshare.TopicPartition][
 // renewUnsupportedLocked gives up renewing on a broker without RENEW: the
 // records keep the lock they have, and staging them after it ends fails
 // with ErrLockExpired.
-func (s *session) renewUnsupportedLocked(due map[kshare.TopicPartition][]*stagedRec) {
-	for _, srs := range due {
+func (s *session) renewUnsupportedLocked(due renewals) {
+	for _, srs := range due.staged {
 		for _, sr := range srs {
 			sr.stopped = true
 		}
+	}
+	for _, h := range due.held {
+		h.acq.renewStopped = true
 	}
 	if !s.c.renewWarned {
 		s.c.renewWarned = true
@@ -173,16 +247,35 @@ func (s *session) probeRenew() {
 }
 
 // applyRenewLocked records the outcome of a RENEW request: renewed records
-// get a new deadline from the time the request was sent; records the broker
-// would not renew are TX_PENDING (their transaction's acknowledgement
-// arrived first) or lost, and are not renewed again.
+// get a new deadline from the time the request was sent; staged records
+// the broker would not renew are TX_PENDING (their transaction's
+// acknowledgement arrived first) or lost, and are not renewed again.
+// Delivered records it would not renew are lost too, unless one of them
+// was staged while the request travelled (its transaction may have
+// reached the broker first): the others are then renewed again without
+// it.
 func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.TopicPartition]error) {
 	lock := s.lockDur
 	if lockMillis > 0 {
 		lock = time.Duration(lockMillis) * time.Millisecond
 	}
 	s.renewRescanLocked()
-	for tp, srs := range st.renews {
+	for tp, h := range st.renews.held {
+		a := h.acq
+		a.renewing = false
+		err := failed[tp]
+		switch {
+		case err == nil:
+			a.deadline = st.sentAt.Add(lock)
+			continue
+		case a.stagedSince(h.offs):
+		default:
+			a.renewStopped = true
+		}
+		s.c.logger.Debug("lock renewal of held records refused",
+			"topic", tp.Topic, "partition", tp.Partition, "err", err)
+	}
+	for tp, srs := range st.renews.staged {
 		err := failed[tp]
 		for _, sr := range srs {
 			sr.renewing = false

@@ -134,7 +134,7 @@ type step struct {
 	fetch  *kmsg.ShareFetchRequest
 	ack    *kmsg.ShareAcknowledgeRequest
 	jobs   []*ackJob
-	renews map[kshare.TopicPartition][]*stagedRec
+	renews renewals
 	gen    uint64
 	sentAt time.Time
 	err    error // stepFail: why jobs fail
@@ -224,7 +224,7 @@ func (s *session) nextLocked(now time.Time) step {
 		return step{kind: stepMeta}
 	}
 	due, nextDue := s.dueRenewalsLocked(now)
-	if len(due) > 0 && s.epoch != openEpoch {
+	if !due.empty() && s.epoch != openEpoch {
 		switch s.renewCap {
 		case 0:
 			return step{kind: stepProbe}

@@ -66,24 +66,30 @@ func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAc
 }
 
 // Stage implements acktrack.Tracker: acks are about to join a
-// transaction of member group/member. It checks that this is the member,
-// that the consumer holds every record with a lock that has not expired
-// and that no other transaction has them, then marks them staged: from now
-// on the consumer renews their locks (RENEW, where the broker supports it)
-// until Resolve, and Close does not release them. Staging the same acks
-// again (a checkpoint joining its commit transaction) only checks them
-// again. On any error nothing changes; the error wraps ErrLockExpired
-// (lock passed or lost, kshare.ErrAbortable), ErrNotHeld, another usage
-// error (another member, not Transactional mode; kshare.ErrUsage) or is
-// kshare.ErrClosed.
-func (t *tracker) Stage(acks *acktrack.Set, group, member string) error {
+// transaction (or a checkpoint) of member st.Group/st.Member. It checks
+// that this is the member, that the consumer holds every record with a
+// lock that has not expired and that no other transaction has them, then
+// marks them staged: from now on the consumer renews their locks (RENEW,
+// where the broker supports it) until Resolve, and Close does not release
+// them. Staged acknowledgements are staged once: staging them again while
+// they are staged is a usage error (they would be in two transactions, and
+// the first to end would give their records back while the other still
+// carries them), unless st.Again says that their owner checks them again
+// as they join its commit (an acknowledger's checkpoint). If st.Deadline
+// is set, the transaction can no longer commit after it: the consumer then
+// stops renewing the records and releases them, as after an abort, even
+// if Resolve has not come yet. On any error nothing changes; the error
+// wraps ErrLockExpired (lock passed or lost, kshare.ErrAbortable),
+// ErrNotHeld, another usage error (another member, not Transactional
+// mode, staged already; kshare.ErrUsage) or is kshare.ErrClosed.
+func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 	const op = "stage acknowledgements"
 	c := (*Consumer)(t)
 	if c.cfg.mode != Transactional {
 		return errWrongMode(op, c.cfg.mode)
 	}
-	if group != c.cfg.group || member != c.memberID {
-		return errs.Usage(op, fmt.Errorf("the acknowledgements are of member %s of group %q, the transaction carries member %s of group %q: pass the consumer's own GroupMetadata", c.memberID, c.cfg.group, member, group))
+	if st.Group != c.cfg.group || st.Member != c.memberID {
+		return errs.Usage(op, fmt.Errorf("the acknowledgements are of member %s of group %q, the transaction carries member %s of group %q: pass the consumer's own GroupMetadata", c.memberID, c.cfg.group, st.Member, st.Group))
 	}
 	now := time.Now()
 	c.mu.Lock()
@@ -108,6 +114,8 @@ func (t *tracker) Stage(acks *acktrack.Set, group, member string) error {
 				switch {
 				case sr.unit != acks:
 					return fmt.Errorf("%s is already in another transaction: %w", where, ErrNotHeld)
+				case !st.Again:
+					return errs.Usage(op, fmt.Errorf("%s: these acknowledgements are already staged in another transaction or checkpoint that has not ended; stage each ShareAcks once", where))
 				case sr.acq.dead:
 					return fmt.Errorf("%s: %w", where, ErrLockExpired)
 				case !now.Before(sr.deadline):
@@ -152,10 +160,32 @@ func (t *tracker) Stage(acks *acktrack.Set, group, member string) error {
 		t.a.staged[t.idx] = sr
 		t.a.sess.renewDueByLocked(sr.deadline)
 	}
+	if !st.Deadline.IsZero() && c.txnTimers[acks] == nil {
+		c.txnTimers[acks] = time.AfterFunc(time.Until(st.Deadline), func() { t.expire(acks) })
+	}
 	for _, s := range c.sessOrder {
 		s.poke() // renewal timers changed
 	}
 	return nil
+}
+
+// expire gives back the records of acks, staged in a transaction whose
+// timeout has passed: the transaction can no longer commit, so nothing
+// will acknowledge them, and renewing their locks until the application
+// ends it would keep them from the group for as long as it stalls. The
+// records are released as after an abort. A release that reaches a
+// record the transaction did stage at its leader (TX_PENDING) is refused
+// there and changes nothing: the coordinator decides that record.
+func (t *tracker) expire(acks *acktrack.Set) {
+	c := (*Consumer)(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.txnTimers[acks]; !ok {
+		return // resolved meanwhile
+	}
+	delete(c.txnTimers, acks)
+	c.logger.Info("transaction timeout passed with acknowledgements staged; giving their records back")
+	c.resolveLocked(acks, false)
 }
 
 // Resolve implements acktrack.Tracker: the transaction that acks joined has
@@ -175,9 +205,18 @@ func (t *tracker) Resolve(acks *acktrack.Set, committed bool) {
 	if acks == nil {
 		return
 	}
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if tm := c.txnTimers[acks]; tm != nil {
+		tm.Stop()
+		delete(c.txnTimers, acks)
+	}
+	c.resolveLocked(acks, committed)
+}
+
+// resolveLocked is Resolve with c.mu held.
+func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
+	now := time.Now()
 	release := make(map[*acquisition]map[int]struct{})
 	n := 0
 	for _, atp := range acks.Partitions() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,33 +291,163 @@ func TestTransactionalRefusesExpiredLock(t *testing.T) {
 	require.NoError(t, p.AbortTransaction(e.ctx))
 }
 
-// Records held in an open transaction keep their locks past the lock
-// duration: the consumer renews them, so the transaction commits and no
-// other member gets them meanwhile.
-func TestTransactionalRenewsLocksOfOpenTransaction(t *testing.T) {
-	const inputs = 6
-	e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
+// sleepPastLocks sleeps until the locks of recs, as c knows them, have
+// all run out.
+func sleepPastLocks(t *testing.T, c *shareconsumer.Consumer, recs []*kgo.Record) {
+	t.Helper()
+	var last time.Time
+	for _, r := range recs {
+		d, ok := c.LockDeadline(r)
+		require.True(t, ok)
+		if d.After(last) {
+			last = d
+		}
+	}
+	time.Sleep(time.Until(last) + 50*time.Millisecond)
+}
+
+// Without RenewHeldLocks(true), records held outside a transaction keep
+// their first lock: no RENEW is sent for them, and staging them after the
+// lock ran out fails with ErrLockExpired.
+func TestTransactionalKeepsHeldLocksByDefault(t *testing.T) {
+	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	log := bundled.ObserveRequests(t, e.c)
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
 	p := e.producer("ctp")
-	recs := pollRecords(e.ctx, t, c, inputs)
+	recs := pollRecords(e.ctx, t, c, 3)
+	sleepPastLocks(t, c, recs)
+	for _, o := range log.Of(kmsg.ShareAcknowledge.Int16()) {
+		require.False(t, o.Req.(*kmsg.ShareAcknowledgeRequest).IsRenewAck, "a RENEW was sent for held records")
+	}
 	require.NoError(t, p.BeginTransaction())
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
-	first, _ := c.LockDeadline(recs[0])
-	// The other member joins only now: joining earlier, it would fetch
-	// (and lock) some of the records ahead of its first Poll, and c would
-	// get them only when those locks ran out, too late to stage the
-	// first ones.
-	other := e.consumer("g", "in")
+	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
+	require.NoError(t, p.AbortTransaction(e.ctx))
+}
 
-	// Several lock durations pass; the other member polls all along.
-	expectNothing(e.ctx, t, other, 5*time.Second)
-	later, ok := c.LockDeadline(recs[0])
-	require.True(t, ok)
-	require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
-	require.NoError(t, p.CommitTransaction(e.ctx))
-	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
-	expectNothing(e.ctx, t, other, 500*time.Millisecond)
-	require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
+// A RENEW of held records that the broker refuses stops their renewal
+// (the consumer does not ask again and again until the lock runs out):
+// the records keep the lock they had, and staging them after it fails
+// with ErrLockExpired. The broker here renews but answers
+// INVALID_RECORD_STATE, as for records it no longer holds for the member.
+func TestTransactionalRefusedRenewalOfHeldRecordsStops(t *testing.T) {
+	e := txnEnv(t, 3, broker.ShareLockDuration(time.Second))
+	var renews atomic.Int32
+	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		if r, ok := req.(*kmsg.ShareAcknowledgeRequest); !ok || !r.IsRenewAck {
+			return broker.FaultAction{}
+		}
+		renews.Add(1)
+		return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+			r := resp.(*kmsg.ShareAcknowledgeResponse)
+			for i := range r.Topics {
+				for j := range r.Topics[i].Partitions {
+					r.Topics[i].Partitions[j].ErrorCode = kerr.InvalidRecordState.Code
+				}
+			}
+		}}
+	})
+	t.Cleanup(stop)
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(true))
+	p := e.producer("ctp")
+	recs := pollRecords(e.ctx, t, c, 3) // one per partition: three acquisitions
+	sleepPastLocks(t, c, recs)
+	n := renews.Load()
+	require.Positive(t, n, "the held records' locks were due for renewal")
+	require.LessOrEqual(t, n, int32(3), "at most one refused RENEW per acquisition")
+
+	require.NoError(t, p.BeginTransaction())
+	err := p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired, "the refused renewal did not move the lock")
+	require.NoError(t, p.AbortTransaction(e.ctx))
+}
+
+// Records the consumer holds keep their locks past the lock duration: the
+// consumer renews them, so no other member gets them meanwhile and the
+// transaction commits. "held": Poll returned them and the application
+// works on them, staging them only after several lock durations (issue
+// 17: a message slower than the lock in a pipeline's processors), with
+// RenewHeldLocks(true). "staged": they are in an open transaction all
+// along, which needs no option.
+func TestTransactionalRenewsLocks(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		name := map[bool]string{false: "held", true: "staged"}[staged]
+		t.Run(name, func(t *testing.T) {
+			const inputs = 6
+			e := txnEnv(t, inputs, broker.ShareLockDuration(2*time.Second))
+			c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(!staged))
+			p := e.producer("ctp")
+			recs := pollRecords(e.ctx, t, c, inputs)
+			stage := func() {
+				require.NoError(t, p.BeginTransaction())
+				require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()),
+					"the records' locks were renewed, so they can be staged")
+			}
+			if staged {
+				stage()
+			}
+			first, _ := c.LockDeadline(recs[0])
+			// The other member joins only now: joining earlier, it would
+			// fetch (and lock) some of the records ahead of its first
+			// Poll, and c would get them only when those locks ran out.
+			other := e.consumer("g", "in")
+
+			// Several lock durations pass; the other member polls all along.
+			expectNothing(e.ctx, t, other, 5*time.Second)
+			later, ok := c.LockDeadline(recs[0])
+			require.True(t, ok)
+			require.True(t, later.After(first), "lock deadline did not move: %v then %v", first, later)
+			if !staged {
+				stage()
+			}
+			require.NoError(t, p.CommitTransaction(e.ctx))
+			e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+			expectNothing(e.ctx, t, other, 500*time.Millisecond)
+			require.False(t, errors.Is(c.Close(e.ctx), shareconsumer.ErrLockExpired))
+		})
+	}
+}
+
+// Records staged in a transaction whose deadline passes before the
+// transaction is resolved come back to the group: the consumer releases
+// them at the deadline (the lock here lasts ten minutes, so only that
+// release can bring them back). The transaction's late resolution then
+// changes nothing. A resolution before the deadline, or Close, ends the
+// wait for it.
+func TestStagedRecordsComeBackAtTheTransactionDeadline(t *testing.T) {
+	const inputs = 3
+	e := txnEnv(t, inputs, broker.ShareLockDuration(10*time.Minute))
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	recs := pollRecords(e.ctx, t, c, inputs)
+	acks := c.Acks(recs, kshare.AckAccept)
+	require.NoError(t, shareconsumer.StageUntil(acks, c.GroupMetadata(), time.Now().Add(300*time.Millisecond)))
+	require.Equal(t, 1, shareconsumer.TxnTimers(c))
+
+	again := pollRecords(e.ctx, t, c, inputs)
+	for _, r := range again {
+		n, held := c.DeliveryCount(r)
+		require.True(t, held)
+		require.EqualValues(t, 2, n, "record %q was released at the deadline and delivered again", r.Value)
+	}
+	require.Zero(t, shareconsumer.TxnTimers(c))
+	shareconsumer.Resolve(acks, true) // the late outcome: nothing of it is staged any more
+	for _, r := range again {
+		_, held := c.DeliveryCount(r)
+		require.True(t, held, "the late resolution leaves the new delivery alone")
+	}
+
+	// Resolved before its deadline: the wait ends, nothing is released.
+	acks = c.Acks(again, kshare.AckAccept)
+	require.NoError(t, shareconsumer.StageUntil(acks, c.GroupMetadata(), time.Now().Add(time.Hour)))
+	require.Equal(t, 1, shareconsumer.TxnTimers(c))
+	shareconsumer.Resolve(acks, false)
+	require.Zero(t, shareconsumer.TxnTimers(c))
+
+	// Close leaves staged records alone, deadline or not.
+	again = pollRecords(e.ctx, t, c, inputs)
+	require.NoError(t, shareconsumer.StageUntil(c.Acks(again, kshare.AckAccept), c.GroupMetadata(), time.Now().Add(time.Hour)))
+	require.NoError(t, c.Close(e.ctx))
+	require.Zero(t, shareconsumer.TxnTimers(c))
 }
 
 // A transaction's staged records are renewed when they fall due; the

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/bundled"
 )
 
 // instances collects the inputs and outputs the plugins create during a
@@ -299,32 +300,47 @@ func TestInDoubtCommitIsLearned(t *testing.T) {
 }
 
 // TestLockExpiredInThePipeline holds two messages in a processor past
-// their lock (2s): the group delivers their records, and those of the
-// same fetch, again while the old messages are still in the pipeline.
-// Nothing of the old deliveries is written (the output skips messages
-// whose delivery was superseded, and a transaction meeting an expired
-// lock aborts), the new deliveries are copied, and the result is
-// exactly-once.
+// their lock (2s). The consumer renews the locks of the records it holds,
+// so nothing is delivered again: no message is skipped and no transaction
+// aborts. Against brokers that cannot renew (before KIP-1222), the group
+// delivers their records, and those of the same fetch, again while the old
+// messages are still in the pipeline; nothing of the old deliveries is
+// written (the output skips messages whose delivery was superseded, and a
+// transaction meeting an expired lock aborts), the new deliveries are
+// copied. Either way the result is exactly-once.
 func TestLockExpiredInThePipeline(t *testing.T) {
-	const n = 300
-	c := newCluster(t)
-	r := c.newRun(t, "expiry", 1, n, 0)
-	is := trackInstances(t)
-	slow := map[string]bool{r.input.Value(5): true, r.input.Value(150): true}
-	env := testEnvSlow(t, &observed{}, nil, func(v string, d int64) time.Duration {
-		if slow[v] && d == 1 {
-			return 3 * time.Second
-		}
-		return 0
-	})
-	yaml := strings.Replace(basicPipeline, "    auto_offset_reset: earliest\n", "    auto_offset_reset: earliest\n    record_lock_duration: 2s\n", 1)
-	yaml = strings.Replace(yaml, "    - mapping: root = content()\n", "    - test_slow: {}\n    - mapping: root = content()\n", 1)
-	began := time.Now()
-	p := start(t, env, r.yaml(yaml))
-	r.waitAcknowledged(t, 2*time.Minute)
-	p.stop(t, 30*time.Second)
-	requireExactlyOnce(t, r.verify(t, nil, time.Since(began)))
-	lost := is.out(func(m *outputMetrics) *counter { return m.skipped }) + is.out(func(m *outputMetrics) *counter { return m.aborted })
-	require.Positive(t, lost, "the late deliveries were skipped or their transaction aborted")
-	t.Logf("skipped %d messages, aborted %d transactions", is.out(func(m *outputMetrics) *counter { return m.skipped }), is.out(func(m *outputMetrics) *counter { return m.aborted }))
+	for _, renew := range []bool{true, false} {
+		name := map[bool]string{true: "renewed", false: "without_renew"}[renew]
+		t.Run(name, func(t *testing.T) {
+			const n = 300
+			c := newCluster(t)
+			if !renew {
+				bundled.WithoutRenew(t, c.Cluster)
+			}
+			r := c.newRun(t, "expiry", 1, n, 0)
+			is := trackInstances(t)
+			slow := map[string]bool{r.input.Value(5): true, r.input.Value(150): true}
+			env := testEnvSlow(t, &observed{}, nil, func(v string, d int64) time.Duration {
+				if slow[v] && d == 1 {
+					return 3 * time.Second
+				}
+				return 0
+			})
+			yaml := strings.Replace(basicPipeline, "    auto_offset_reset: earliest\n", "    auto_offset_reset: earliest\n    record_lock_duration: 2s\n", 1)
+			yaml = strings.Replace(yaml, "    - mapping: root = content()\n", "    - test_slow: {}\n    - mapping: root = content()\n", 1)
+			began := time.Now()
+			p := start(t, env, r.yaml(yaml))
+			r.waitAcknowledged(t, 2*time.Minute)
+			p.stop(t, 30*time.Second)
+			requireExactlyOnce(t, r.verify(t, nil, time.Since(began)))
+			skipped := is.out(func(m *outputMetrics) *counter { return m.skipped })
+			aborted := is.out(func(m *outputMetrics) *counter { return m.aborted })
+			t.Logf("skipped %d messages, aborted %d transactions", skipped, aborted)
+			if renew {
+				require.Zero(t, skipped+aborted, "the held records' locks were renewed: nothing was delivered again")
+				return
+			}
+			require.Positive(t, skipped+aborted, "the late deliveries were skipped or their transaction aborted")
+		})
+	}
 }

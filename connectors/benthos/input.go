@@ -302,6 +302,10 @@ func (in *shareInput) Connect(ctx context.Context) error {
 		shareconsumer.Group(c.group),
 		shareconsumer.Topics(c.topics...),
 		shareconsumer.Mode(shareconsumer.Transactional),
+		// A message may spend longer than the lock in processors; the
+		// ledger and the input's Close give back what no component
+		// claims, so held records are never held without an owner.
+		shareconsumer.RenewHeldLocks(true),
 		shareconsumer.MaxPollRecords(c.maxPoll),
 		shareconsumer.MaxWait(c.maxWait),
 		shareconsumer.KgoOpts(c.client.kgoOpts()...),
@@ -554,7 +558,9 @@ func (in *shareInput) Close(ctx context.Context) error {
 		}
 		in.acker.close()
 		var errs []error
-		if err := in.ack.Close(ctx); err != nil {
+		// kshare.ErrCommitted: Close learned that an in-doubt
+		// acknowledgement-only commit had committed. Not a failure.
+		if err := in.ack.Close(ctx); err != nil && !errors.Is(err, kshare.ErrCommitted) {
 			errs = append(errs, fmt.Errorf("acknowledger: %w", err))
 		}
 		in.ledger.close()

@@ -612,7 +612,9 @@ func (o *txnOutput) record(b service.MessageBatch, i int) (*kgo.Record, error) {
 }
 
 // Close closes every producer within ctx; each aborts a transaction left
-// open.
+// open, or learns that an in-doubt commit had committed (Close's
+// kshare.ErrCommitted, which settles that commit's handles as committed
+// and is no failure).
 func (o *txnOutput) Close(ctx context.Context) error {
 	// Benthos may give no deadline; a cluster that is gone must not hold
 	// the shutdown.
@@ -625,7 +627,15 @@ func (o *txnOutput) Close(ctx context.Context) error {
 	o.mu.Unlock()
 	var errs []error
 	for _, p := range all {
-		if err := p.prod.Close(ctx); err != nil {
+		switch err := p.prod.Close(ctx); {
+		case errors.Is(err, kshare.ErrCommitted):
+			// Close learned that an in-doubt commit had committed: its
+			// handles are committed, not released. Not a failure.
+			o.metrics.committed.add(1)
+			o.metrics.acked.add(len(p.doubt))
+			p.settle(committed)
+			continue
+		case err != nil:
 			errs = append(errs, fmt.Errorf("producer %s: %w", p.id, err))
 		}
 		p.settle(released)

@@ -203,7 +203,12 @@ func (r *reader) ended(ctx context.Context, err error) error {
 
 // Close drops the staged checkpoints (the acknowledger first: the
 // consumer leaves staged records alone) and releases what the consumer
-// still holds.
+// still holds. An acknowledger Close that learned that an in-doubt
+// commit had committed (kshare.ErrCommitted) is no failure.
 func (r *reader) Close(ctx context.Context) error {
-	return errors.Join(r.ack.Close(ctx), r.cons.Close(ctx))
+	aerr := r.ack.Close(ctx)
+	if errors.Is(aerr, kshare.ErrCommitted) {
+		aerr = nil
+	}
+	return errors.Join(aerr, r.cons.Close(ctx))
 }

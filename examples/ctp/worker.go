@@ -65,7 +65,12 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 		// consumer releases what it still holds and leaves the group.
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		defer cancel()
-		prod.Close(closeCtx)
+		switch err := prod.Close(closeCtx); {
+		case errors.Is(err, kshare.ErrCommitted):
+			w.Logger.Info("closing learned that the in-doubt commit had committed")
+		case err != nil:
+			w.Logger.Warn("closing the producer left its transaction to the coordinator", "err", err)
+		}
 		cons.Close(closeCtx)
 	}()
 	w.Hooks.Started(cons, prod)

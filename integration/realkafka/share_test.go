@@ -231,12 +231,15 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) { recs = append(recs, r) })
 	acks := (*acktrack.Set)(c.Acks(recs, kshare.AckAccept))
 	meta := c.GroupMetadata()
-	if err := acks.Tracker().Stage(acks, meta.GroupID, meta.MemberID); err != nil {
+	st := acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID}
+	if err := acks.Tracker().Stage(acks, st); err != nil {
 		t.Fatalf("stage: %v", err)
 	}
 	first, _ := c.LockDeadline(recs[0])
 	time.Sleep(7 * time.Second) // more than twice the lock duration
-	if err := acks.Tracker().Stage(acks, meta.GroupID, meta.MemberID); err != nil {
+	// Checked again, as a checkpoint joining its commit is.
+	st.Again = true
+	if err := acks.Tracker().Stage(acks, st); err != nil {
 		t.Fatalf("records lost their locks although renewed: %v", err)
 	}
 	later, _ := c.LockDeadline(recs[0])

@@ -39,14 +39,33 @@ type Record struct {
 // consumer implements it with an unexported type, so that applications
 // cannot call it. Implementations are safe for concurrent use.
 type Tracker interface {
-	// Stage is called before the acknowledgements join a transaction, by
-	// the member group/member (the metadata the transaction will carry).
-	// An error keeps them out of it; nothing changes then.
-	Stage(acks *Set, group, member string) error
+	// Stage is called before the acknowledgements join a transaction (or
+	// an acknowledger's checkpoint), as st describes. An error keeps them
+	// out of it; nothing changes then. A Set is staged once until it is
+	// resolved: staging it again is refused, unless st.Again says that
+	// its owner checks it again as it joins the owner's commit.
+	Stage(acks *Set, st Staging) error
 	// Resolve is called once for every Set that Stage accepted: when the
 	// transaction it joined committed (true) or aborted, or once it is
 	// known never to be sent (false).
 	Resolve(acks *Set, committed bool)
+}
+
+// Staging describes what acknowledgements join when they are staged.
+type Staging struct {
+	// Group and Member identify the share-group member the transaction
+	// carries (its metadata): only that member's records can be staged.
+	Group, Member string
+	// Deadline is when the transaction times out: after it, the
+	// transaction can never commit, and the tracker may give the records
+	// back. Zero for none (a checkpoint waiting for its commit).
+	Deadline time.Time
+	// Again marks the owner of a staged Set (the acknowledger that
+	// staged a checkpoint) checking it again as it joins the owner's
+	// commit transaction. Any other second staging of a Set that is not
+	// resolved yet is a usage error: one Set in two transactions would
+	// be resolved by the first to end while the other still carries it.
+	Again bool
 }
 
 // Set is a set of acknowledgements: per partition, the offsets and their
@@ -152,7 +171,8 @@ func (s *Set) each(fn func(tp TopicPartition, id [16]byte, r Record)) {
 	}
 }
 
-// Len returns the number of acknowledgements.
+// Len returns the number of acknowledgements added, an offset added twice
+// counting twice; Distinct counts offsets.
 func (s *Set) Len() int {
 	if s == nil {
 		return 0
@@ -162,6 +182,34 @@ func (s *Set) Len() int {
 		n += len(*recs)
 	}
 	return n
+}
+
+// Distinct returns the number of distinct acknowledged offsets: an offset
+// acknowledged twice (Merge of overlapping sets, a record listed twice)
+// counts once, as it is sent once.
+func (s *Set) Distinct() int {
+	n := 0
+	for _, tp := range s.Partitions() {
+		n += distinctOffsets(s.Records(tp))
+	}
+	return n
+}
+
+// distinctOffsets counts the distinct offsets of recs without a map for
+// the usual case, offsets in increasing order.
+func distinctOffsets(recs []Record) int {
+	ascending := true
+	for i := 1; i < len(recs) && ascending; i++ {
+		ascending = recs[i].Offset > recs[i-1].Offset
+	}
+	if ascending {
+		return len(recs)
+	}
+	seen := make(map[int64]struct{}, len(recs))
+	for _, r := range recs {
+		seen[r.Offset] = struct{}{}
+	}
+	return len(seen)
 }
 
 // Partitions returns the acknowledged partitions, sorted by topic and

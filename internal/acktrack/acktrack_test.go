@@ -9,8 +9,8 @@ import (
 
 type nopTracker struct{ name string }
 
-func (*nopTracker) Stage(*Set, string, string) error { return nil }
-func (*nopTracker) Resolve(*Set, bool)               {}
+func (*nopTracker) Stage(*Set, Staging) error { return nil }
+func (*nopTracker) Resolve(*Set, bool)        {}
 
 func TestSetReadsAndMerges(t *testing.T) {
 	one, two := &nopTracker{"one"}, &nopTracker{"two"}
@@ -31,6 +31,8 @@ func TestSetReadsAndMerges(t *testing.T) {
 	b.Add("t", [16]byte{}, 0, Record{Offset: 3, Type: 3})
 	m := a.Merge(b)
 	require.Equal(t, 4, m.Len())
+	require.Equal(t, 3, m.Distinct(), "offset 3 of t/0 is acknowledged twice, and counts once")
+	require.Equal(t, 3, a.Distinct())
 	require.Equal(t, 3, a.Len(), "Merge changes neither input")
 	require.Same(t, one, m.Tracker(), "one consumer's acknowledgements keep its tracker")
 	require.False(t, m.Mixed())
@@ -54,6 +56,7 @@ func TestSetReadsAndMerges(t *testing.T) {
 
 	var none *Set
 	require.Zero(t, none.Len())
+	require.Zero(t, none.Distinct())
 	require.Nil(t, none.Partitions())
 	require.Nil(t, none.Records(TopicPartition{"t", 0}))
 	require.Nil(t, none.Tracker())
@@ -61,4 +64,23 @@ func TestSetReadsAndMerges(t *testing.T) {
 	_, ok = none.TopicID("t")
 	require.False(t, ok)
 	require.Zero(t, none.Merge(nil).Len())
+}
+
+// Distinct counts offsets, whatever the order and repeats, on both of its
+// paths (offsets in increasing order, and any other).
+func TestDistinct(t *testing.T) {
+	for _, c := range []struct {
+		offsets []int64
+		want    int
+	}{
+		{nil, 0}, {[]int64{4}, 1}, {[]int64{1, 2, 5}, 3}, {[]int64{5, 1, 2}, 3},
+		{[]int64{1, 1}, 1}, {[]int64{2, 1, 2, 1, 3}, 3}, {[]int64{1, 2, 2}, 2},
+	} {
+		s := New(nil)
+		for _, o := range c.offsets {
+			s.Add("t", [16]byte{}, 0, Record{Offset: o, Type: 1})
+		}
+		s.Add("u", [16]byte{}, 0, Record{Offset: 1, Type: 1}) // another partition's offset 1
+		require.Equal(t, c.want+1, s.Distinct(), "offsets %v", c.offsets)
+	}
 }

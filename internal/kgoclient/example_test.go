@@ -22,7 +22,7 @@ func Example() {
 		fmt.Println("invalid:", err)
 		return
 	}
-	cl, err := s.NewClient(kgo.ClientID("kshare"))
+	cl, _, err := s.NewClient(kgo.ClientID("kshare"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -17,6 +17,33 @@ func TestValidate(t *testing.T) {
 	require.NoError(t, s.Validate())
 	Logger(nil)(&s)
 	require.ErrorContains(t, s.Validate(), "nil logger")
+
+	// kgo.NewClient panics on a nil option: Validate refuses it first,
+	// alone or in a list.
+	for _, opts := range [][]kgo.Opt{{nil}, {kgo.ClientID("x"), nil}} {
+		s := Defaults()
+		SeedBrokers("127.0.0.1:1")(&s)
+		KgoOpts(opts...)(&s)
+		require.ErrorContains(t, s.Validate(), "is nil")
+	}
+}
+
+// Seeds kgo could never dial are refused at once; the forms kgo accepts
+// pass (a bare host or IPv6 address gets port 9092).
+func TestValidateSeeds(t *testing.T) {
+	for seed, bad := range map[string]bool{
+		"127.0.0.1:9092": false, "localhost": false, "broker-1.example:19092": false,
+		"::1": false, "[::1]:9092": false, "[::1]": false,
+		"": true, "  ": true, "::::": true, "host:port": true, "host:0": true, "host:70000": true, ":9092": true,
+	} {
+		s := Defaults()
+		SeedBrokers(seed)(&s)
+		if bad {
+			require.Error(t, s.Validate(), "seed %q", seed)
+		} else {
+			require.NoError(t, s.Validate(), "seed %q", seed)
+		}
+	}
 }
 
 // The application's kgo options come after the package's own, so they win.
@@ -24,7 +51,7 @@ func TestNewClientOrdersOptions(t *testing.T) {
 	s := Defaults()
 	SeedBrokers("127.0.0.1:1", "127.0.0.1:2")(&s)
 	KgoOpts(kgo.ClientID("from-application"))(&s)
-	cl, err := s.NewClient(kgo.ClientID("from-package"))
+	cl, _, err := s.NewClient(kgo.ClientID("from-package"))
 	require.NoError(t, err)
 	defer cl.Close()
 	require.Equal(t, "from-application", cl.OptValue(kgo.ClientID))
@@ -35,7 +62,7 @@ func TestNewClientWrapsKgoError(t *testing.T) {
 	s := Defaults()
 	SeedBrokers("127.0.0.1:1")(&s)
 	KgoOpts(kgo.RequiredAcks(kgo.LeaderAck()))(&s) // kgo: idempotency requires acks=all
-	_, err := s.NewClient()
+	_, _, err := s.NewClient()
 	require.ErrorContains(t, err, "kgo client")
 	require.ErrorContains(t, err, "acks")
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -57,8 +60,9 @@ func Logger(l *slog.Logger) Setting {
 	return func(s *Settings) { s.Logger = l }
 }
 
-// Validate reports the first missing or invalid setting: no seed brokers
-// or a nil logger.
+// Validate reports the first missing or invalid setting: no seed
+// brokers, a seed that is not a host or host:port, a nil logger, or a nil
+// kgo option (kgo.NewClient would panic on it).
 func (s *Settings) Validate() error {
 	switch {
 	case len(s.Seeds) == 0:
@@ -66,23 +70,58 @@ func (s *Settings) Validate() error {
 	case s.Logger == nil:
 		return errors.New("nil logger")
 	}
+	for _, seed := range s.Seeds {
+		if err := checkSeed(seed); err != nil {
+			return err
+		}
+	}
+	for i, o := range s.KgoOpts {
+		if o == nil {
+			return fmt.Errorf("kgo option %d of %d is nil", i+1, len(s.KgoOpts))
+		}
+	}
 	return nil
 }
 
-// NewClient creates the kgo client: the seed brokers and the logger (kgo's
+// checkSeed reports why addr is not a seed broker address kgo can dial:
+// "host", "host:port" or "[ipv6]:port", with a port in 1..65535 (kgo
+// adds 9092 to a bare host).
+func checkSeed(addr string) error {
+	if strings.TrimSpace(addr) == "" {
+		return errors.New("empty seed broker address")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if strings.Contains(addr, ":") && net.ParseIP(strings.Trim(addr, "[]")) == nil {
+			return fmt.Errorf("seed broker address %q: %w", addr, err)
+		}
+		return nil // a bare host or IPv6 address: kgo adds the port
+	}
+	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("seed broker address %q: port %q is not a number in 1..65535", addr, port)
+	}
+	if host == "" {
+		return fmt.Errorf("seed broker address %q has no host", addr)
+	}
+	return nil
+}
+
+// NewClient creates the kgo client: the seed brokers, the logger (kgo's
 // own lines go to it too, at the matching slog level and tagged
-// component=kgo), then own, the options the client package
-// needs, then the application's KgoOpts, which thereby override own. It
-// does not contact the cluster. It fails when kgo refuses an option, with
-// kgo's error wrapped.
-func (s *Settings) NewClient(own ...kgo.Opt) (*kgo.Client, error) {
-	opts := make([]kgo.Opt, 0, 2+len(own)+len(s.KgoOpts))
-	opts = append(opts, kgo.SeedBrokers(s.Seeds...), kgo.WithLogger(slogLogger{s.Logger}))
+// component=kgo) and a Dials that follows its connection attempts, then
+// own, the options the client package needs, then the application's
+// KgoOpts, which thereby override own (kgo adds hooks up, so the
+// application's hooks run too). It does not contact the cluster. It fails
+// when kgo refuses an option, with kgo's error wrapped.
+func (s *Settings) NewClient(own ...kgo.Opt) (*kgo.Client, *Dials, error) {
+	dials := new(Dials)
+	opts := make([]kgo.Opt, 0, 3+len(own)+len(s.KgoOpts))
+	opts = append(opts, kgo.SeedBrokers(s.Seeds...), kgo.WithLogger(slogLogger{s.Logger}), kgo.WithHooks(dials))
 	opts = append(opts, own...)
 	opts = append(opts, s.KgoOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kgo client: %w", err)
+		return nil, nil, fmt.Errorf("kgo client: %w", err)
 	}
-	return cl, nil
+	return cl, dials, nil
 }

@@ -50,36 +50,67 @@ func Permanent(err error) error { return backoff.Permanent(err) }
 
 // Do runs op until it returns nil, returns an error marked Permanent
 // (returned unwrapped), or ctx ends. When ctx ends, the returned error
-// wraps both the context error and the last error op returned.
+// wraps the context's error, the context's own cause if it has one
+// (context.WithDeadlineCause, say "transaction timeout elapsed"), and the
+// last error op returned that was not a context error, so that a loop that
+// ran out of time says what it was retrying. All are reachable with
+// errors.Is and errors.As.
 func Do[T any](ctx context.Context, op func(ctx context.Context) (T, error)) (T, error) {
-	var last error
+	// final is op's last error, which says where it stopped; last is the
+	// last one that was not the context's.
+	var final, last error
 	res, err := backoff.RetryWithData(func() (T, error) {
 		if err := ctx.Err(); err != nil {
 			var zero T
-			return zero, Permanent(GaveUp(err, last))
+			return zero, Permanent(err)
 		}
 		res, err := op(ctx)
 		if err != nil {
-			last = err
+			final = err
+			var perm *backoff.PermanentError
+			if errors.As(err, &perm) {
+				final = perm.Err
+			}
+			if !IsContextErr(final) {
+				last = final
+			}
 		}
 		return res, err
 	}, WithContext(ctx))
-	if err != nil && IsContextErr(err) && last != nil && !IsContextErr(last) {
-		err = GaveUp(err, last)
+	if err != nil && ctx.Err() != nil && IsContextErr(err) {
+		if IsContextErr(final) {
+			err = final
+		}
+		err = gaveUp(ctx, err, last)
 	}
 	return res, err
 }
 
-// GaveUp describes a retry loop that ran out of time: the context error,
-// and the last error it retried, both reachable with errors.Is/As.
-func GaveUp(ctxErr, last error) error {
-	if last == nil {
-		return ctxErr
+// gaveUp describes a retry loop that ran out of time: err, the context
+// error it ended with, then the context's cause and the last error it
+// retried, when err does not carry them already.
+func gaveUp(ctx context.Context, err, last error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		err = fmt.Errorf("%w (%w)", err, cause)
 	}
-	if errors.Is(last, ctxErr) {
-		return last
+	if last != nil && !errors.Is(err, last) {
+		err = fmt.Errorf("%w (last error: %w)", err, last)
 	}
-	return fmt.Errorf("%w (last error: %w)", ctxErr, last)
+	return err
+}
+
+// CtxErr returns ctx's error with its own cause, when it has one that is
+// not the error itself: "context deadline exceeded (transaction timeout
+// elapsed)". It is nil while ctx has not ended.
+func CtxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
 }
 
 // IsContextErr reports whether err is a context cancellation or deadline.

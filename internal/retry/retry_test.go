@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,9 +41,39 @@ func TestDoGivesUpWithLastError(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "done", got)
 
-	require.Equal(t, context.Canceled, GaveUp(context.Canceled, nil))
-	same := fmt.Errorf("x: %w", context.Canceled)
-	require.Same(t, same, GaveUp(context.Canceled, same), "a last error that is the context's is returned as is")
+}
+
+// A loop whose last attempt ends with the context's error still names the
+// error it retried before, and the context's own cause.
+func TestDoGivesUpWithCauseAndLastRetriedError(t *testing.T) {
+	errTimeout := errors.New("transaction timeout elapsed")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	attempts := 0
+	_, err := Do(ctx, func(ctx context.Context) (int, error) {
+		attempts++
+		if attempts < 3 {
+			return 0, fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+		}
+		cancel(errTimeout)
+		return 0, fmt.Errorf("attempt %d: %w", attempts, ctx.Err())
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the last error retried is kept: %v", err)
+	require.ErrorIs(t, err, errTimeout, "the context's cause is named: %v", err)
+	require.Equal(t, "attempt 3: context canceled (transaction timeout elapsed) (last error: dial: connection refused)", err.Error())
+
+	// Without a cause of its own and with nothing retried, the context's
+	// error is all there is.
+	ctx, stop := context.WithCancel(context.Background())
+	stop()
+	_, err = Do(ctx, func(context.Context) (int, error) { return 0, nil })
+	require.Equal(t, context.Canceled, err)
+	require.NoError(t, CtxErr(context.Background()))
+	require.Equal(t, context.Canceled, CtxErr(ctx))
+	ctx, cancel = context.WithCancelCause(context.Background())
+	cancel(errTimeout)
+	require.ErrorIs(t, CtxErr(ctx), errTimeout)
+	require.ErrorIs(t, CtxErr(ctx), context.Canceled)
 }
 
 // The policy's waits start near Initial, double, and never pass Max, each

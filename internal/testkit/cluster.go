@@ -3,6 +3,7 @@ package testkit
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -22,6 +23,17 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// RefusedAddr returns a loopback address that nothing listens on: a seed
+// broker that refuses every connection.
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
 }
 
 // Client returns a kgo client on seeds, with opts, that the test closes.

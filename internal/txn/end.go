@@ -63,7 +63,7 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	case StateInDoubt:
 		m.setState(StateCommitting)
 		m.unlock()
-		ctx, cancel := context.WithTimeout(ctx, m.timeout)
+		ctx, cancel := m.withTimeout(ctx)
 		defer cancel()
 		return m.endCommit(ctx, op, drain)
 	default:
@@ -71,7 +71,7 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 		err := m.stateErr(op)
 		m.unlock()
 		if probe {
-			ctx, cancel := context.WithTimeout(ctx, m.timeout)
+			ctx, cancel := m.withTimeout(ctx)
 			defer cancel()
 			return m.probeFenced(ctx, op, drain)
 		}
@@ -81,7 +81,7 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	deadline := m.deadline
 	m.unlock()
 
-	ctx, cancel := withDeadline(ctx, deadline)
+	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
 
 	m.mu.Lock()
@@ -163,7 +163,7 @@ func (m *Manager) endCommit(ctx context.Context, op string, drain func(context.C
 		m.toFatalLocked(cerr)
 		return cerr
 	}
-	cerr := inDoubtErr(op, err)
+	cerr := inDoubtErr(op, m.dials.Explain(err))
 	if isFatal(cerr) {
 		m.toFatalLocked(cerr)
 		return cerr
@@ -186,7 +186,7 @@ func (m *Manager) probeWantedLocked() bool {
 // producer may have been fenced: an EndTxn(ABORT) tells, and a fenced
 // producer gets its fatal error now rather than at its next call.
 func (m *Manager) commitFailed(ctx context.Context, op string, err error, drain func(context.Context) error) error {
-	cerr := Classify(op, err)
+	cerr := m.classify(op, err)
 	m.mu.Lock()
 	m.failLocked(cerr)
 	probe := m.state == StateAbortableError && m.probeWantedLocked()
@@ -262,7 +262,7 @@ func (m *Manager) Abort(ctx context.Context, drain func(context.Context) error) 
 		return err
 	}
 	m.unlock()
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	ctx, cancel := m.withTimeout(ctx)
 	defer cancel()
 	return m.abortLocked(ctx, op, drain, false)
 }
@@ -281,6 +281,7 @@ func (m *Manager) abortLocked(ctx context.Context, op string, drain func(context
 	m.unlock()
 
 	fail := func(err error) error {
+		err = m.dials.Explain(err)
 		cerr := Classify(op, err)
 		m.mu.Lock()
 		defer m.unlock()

@@ -46,6 +46,13 @@ func Classify(op string, err error) error {
 	return errs.Abortable(op, err)
 }
 
+// classify is Classify for an error of one of m's operations: an error
+// that a context ended while connection attempts kept failing names the
+// connection error too.
+func (m *Manager) classify(op string, err error) error {
+	return Classify(op, m.dials.Explain(err))
+}
+
 // isFatal reports whether a classified err leaves the producer unable to
 // go on.
 func isFatal(err error) bool { return errors.Is(err, kshare.ErrFatal) }
@@ -56,12 +63,29 @@ func permanent(err error) error { return retry.Permanent(err) }
 // isContextErr reports whether err is a context cancellation or deadline.
 func isContextErr(err error) bool { return retry.IsContextErr(err) }
 
-// withDeadline bounds ctx by deadline when deadline is set.
-func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+// ErrTransactionTimeout is the cause of a context that the transaction
+// timeout ended: a call that gave up then says so, and not only "context
+// deadline exceeded" as if the caller's context had ended.
+var ErrTransactionTimeout = errors.New("transaction timeout elapsed")
+
+// timeoutCause is the cause of a context that the transaction timeout
+// ends.
+func (m *Manager) timeoutCause() error {
+	return fmt.Errorf("%w (%v)", ErrTransactionTimeout, m.timeout)
+}
+
+// withDeadline bounds ctx by the transaction deadline when it is set.
+func (m *Manager) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	if deadline.IsZero() {
 		return context.WithCancel(ctx)
 	}
-	return context.WithDeadline(ctx, deadline)
+	return context.WithDeadlineCause(ctx, deadline, m.timeoutCause())
+}
+
+// withTimeout bounds ctx by the transaction timeout, as every retry of a
+// call outside a transaction's deadline is.
+func (m *Manager) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, m.timeout, m.timeoutCause())
 }
 
 // inDoubtErr classifies err, the reason the outcome of a sent EndTxn(COMMIT)

@@ -14,9 +14,16 @@ import (
 // enter waits, within ctx, until no other state-changing operation runs,
 // and returns the context op runs in (ctx, also ended when Close gives up
 // waiting for op) and the function that ends op. Once Close has begun,
-// operations fail with kshare.ErrUsage at once. If ctx ends first, the error is
-// ctx's, classified.
+// operations fail with kshare.ErrClosed at once, whether or not ctx has
+// ended (a select among ready cases would pick one at random). If ctx
+// ends first, the error is ctx's, classified.
 func (m *Manager) enter(ctx context.Context, op string) (context.Context, func(), error) {
+	m.mu.Lock()
+	closing := m.closing
+	m.unlock()
+	if closing {
+		return nil, nil, errClosed(op)
+	}
 	if ctx == nil {
 		return nil, nil, errs.Usage(op, errNilContext)
 	}
@@ -28,7 +35,7 @@ func (m *Manager) enter(ctx context.Context, op string) (context.Context, func()
 		return nil, nil, errClosed(op)
 	}
 	m.mu.Lock()
-	closing := m.closing
+	closing = m.closing
 	m.unlock()
 	if closing {
 		<-m.sem
@@ -75,7 +82,7 @@ func (m *Manager) InitProducerID(ctx context.Context, drain func(context.Context
 		return err
 	}
 	defer leave()
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	ctx, cancel := m.withTimeout(ctx)
 	defer cancel()
 	m.mu.Lock()
 	st := m.state
@@ -131,14 +138,14 @@ func (m *Manager) initProducerIDLocked(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		return Classify(op, err)
+		return m.classify(op, err)
 	}
 	r := resp.(*kmsg.InitProducerIDResponse)
 	tv2 := false
 	if node, ok := m.coords.Cached(TransactionCoordinator, m.txnID); ok {
 		caps, err := m.caps.Of(ctx, node)
 		if err != nil {
-			return Classify(op, err)
+			return m.classify(op, err)
 		}
 		tv2 = m.caps.tv2(caps)
 	}
@@ -159,16 +166,17 @@ func (m *Manager) initProducerIDLocked(ctx context.Context) error {
 // transaction (InTransaction, AbortableError, InDoubt), it ends it as
 // Abort does, drain first; an in-doubt commit's outcome is learned there.
 //
-// Close returns nil when no transaction is left open or unknown: none was
-// in progress, it aborted it, or it learned that the in-doubt commit had
-// committed. It returns the error (kshare.ErrAbortable, or kshare.ErrInDoubt when a
-// commit's outcome could not be learned) when it could not end the
-// transaction; the coordinator then aborts it when the transaction
+// Close returns nil when no transaction is left open or unknown because
+// none was in progress or it aborted it, and an error matching
+// kshare.ErrCommitted (not a failure) when it learned that an in-doubt
+// commit had committed. It returns the error (kshare.ErrAbortable, or
+// kshare.ErrInDoubt when a commit's outcome could not be learned) when it
+// could not end the transaction; the coordinator then aborts it when the transaction
 // timeout passes, or when the next producer with this transactional id
 // initializes. Either way every staged acknowledgement has been resolved
 // once when Close returns (as not committed unless the commit is known to
-// have committed), every later call fails with kshare.ErrUsage, and calling Close
-// again returns nil at once. A nil ctx is taken as context.Background().
+// have committed), every later call fails with kshare.ErrClosed, and
+// calling Close again returns nil at once. A nil ctx is taken as context.Background().
 func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) error {
 	const op = "close"
 	if ctx == nil {
@@ -194,9 +202,18 @@ func (m *Manager) Close(ctx context.Context, drain func(context.Context) error) 
 	var err error
 	switch st {
 	case StateInTransaction, StateAbortableError, StateInDoubt:
-		ctx, cancel := context.WithTimeout(ctx, m.timeout)
+		ctx, cancel := m.withTimeout(ctx)
 		defer cancel()
-		if aerr := m.abortLocked(ctx, op, drain, false); aerr != nil && !errors.Is(aerr, kshare.ErrCommitted) {
+		switch aerr := m.abortLocked(ctx, op, drain, false); {
+		case aerr == nil:
+		case errors.Is(aerr, kshare.ErrCommitted):
+			// Not a failure, but the caller must be able to tell it from
+			// an abort: the transaction's output and acknowledgements
+			// took effect.
+			err = aerr
+		case errors.Is(aerr, kshare.ErrInDoubt):
+			err = fmt.Errorf("%w (the commit's outcome is left to the coordinator: it completes the commit if it was applied, and otherwise aborts the transaction when its timeout passes or when the next producer with this transactional id initializes)", aerr)
+		default:
 			err = fmt.Errorf("%w (the transaction is left to the coordinator, which aborts it when its timeout passes or when the next producer with this transactional id initializes)", aerr)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -79,6 +80,10 @@ type Config struct {
 	TransactionTimeout time.Duration
 	// Logger receives debug and info events; nil discards them.
 	Logger *slog.Logger
+	// Dials follows Client's connection attempts: an operation that runs
+	// out of time while no broker can be reached names the connection
+	// error. Nil for none.
+	Dials *kgoclient.Dials
 }
 
 // Stats are a Manager's counters since it was created.
@@ -103,6 +108,7 @@ type Stats struct {
 // with them.
 type Manager struct {
 	cl      *kgo.Client
+	dials   *kgoclient.Dials
 	txnID   string
 	timeout time.Duration
 	logger  *slog.Logger
@@ -175,6 +181,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = DefaultTransactionTimeout
 	}
+	if cfg.TransactionTimeout < time.Millisecond {
+		// InitProducerId carries it in milliseconds: it would be 0, and
+		// every call would give up at once.
+		return nil, errs.Usage("new transaction manager", fmt.Errorf("transaction timeout %v is below one millisecond", cfg.TransactionTimeout))
+	}
 	if cfg.TransactionTimeout/time.Millisecond > 1<<31-1 {
 		return nil, errs.Usage("new transaction manager", fmt.Errorf("transaction timeout %v overflows int32 milliseconds", cfg.TransactionTimeout))
 	}
@@ -185,6 +196,7 @@ func New(cfg Config) (*Manager, error) {
 	logger = logger.With("transactional_id", cfg.TransactionalID)
 	m := &Manager{
 		cl:      cfg.Client,
+		dials:   cfg.Dials,
 		txnID:   cfg.TransactionalID,
 		timeout: cfg.TransactionTimeout,
 		logger:  logger,
@@ -295,11 +307,13 @@ func (m *Manager) setState(s State) {
 }
 
 // stateErr is the error a state-changing call gets in a state that does not
-// allow it. Called with mu held.
+// allow it: in an error state, the error that put it there, in its class
+// and under op's name (the stored error names the call that failed).
+// Called with mu held.
 func (m *Manager) stateErr(op string) error {
 	switch m.state {
 	case StateAbortableError, StateFatalError, StateInDoubt:
-		return m.err
+		return errs.New(errs.ClassOf(m.err), op, fmt.Errorf("an earlier call failed: %w", m.err))
 	case StateClosed:
 		return errClosed(op)
 	case StateUninitialized:
@@ -333,7 +347,7 @@ func (m *Manager) openTxn(op string) (deadline time.Time, tv2 bool, err error) {
 // error makes the Manager fatal; an abortable one moves a transaction in
 // progress to AbortableError. Outside a transaction it only classifies.
 func (m *Manager) Fail(op string, err error) error {
-	cerr := Classify(op, err)
+	cerr := m.classify(op, err)
 	m.mu.Lock()
 	defer m.unlock()
 	m.failLocked(cerr)
@@ -348,7 +362,7 @@ func (m *Manager) Fail(op string, err error) error {
 // before its failure is counted as resolved, so that a flush that sees
 // nothing outstanding also sees the doomed state.
 func (m *Manager) FailTxn(txnNum uint64, op string, err error) error {
-	cerr := Classify(op, err)
+	cerr := m.classify(op, err)
 	m.mu.Lock()
 	defer m.unlock()
 	if txnNum == m.txnNum || isFatal(cerr) {
@@ -433,7 +447,7 @@ func (m *Manager) resolveStagedLocked(committed bool) {
 	m.txn.staged = nil
 	for _, s := range staged {
 		if committed {
-			m.stats.ShareAcksCommitted += int64(s.acks.Len())
+			m.stats.ShareAcksCommitted += int64(s.acks.Distinct())
 		}
 		if t := s.acks.Tracker(); t != nil {
 			acks := s.acks

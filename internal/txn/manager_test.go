@@ -28,10 +28,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no id":            {Client: cl},
 		"negative timeout": {Client: cl, TransactionalID: "x", TransactionTimeout: -time.Second},
 		"huge timeout":     {Client: cl, TransactionalID: "x", TransactionTimeout: 1 << 62},
+		"sub-ms timeout":   {Client: cl, TransactionalID: "x", TransactionTimeout: time.Millisecond - 1},
 	} {
 		_, err := New(cfg)
 		require.ErrorIs(t, err, kshare.ErrUsage, name)
 	}
+	m, err := New(Config{Client: cl, TransactionalID: "x", TransactionTimeout: time.Millisecond})
+	require.NoError(t, err, "one millisecond is the smallest timeout the coordinator can be told")
+	require.Equal(t, time.Millisecond, m.TransactionTimeout())
 }
 
 // Calls in the wrong state fail with kshare.ErrUsage, send nothing and change

@@ -68,7 +68,7 @@ func (m *Manager) AddPartitions(ctx context.Context, parts map[string][]int32) e
 	if len(need) == 0 {
 		return nil
 	}
-	ctx, cancel := withDeadline(ctx, deadline)
+	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
 	pid, epoch := m.ProducerID()
 	topics := make([]kmsg.AddPartitionsToTxnRequestTopic, 0, len(need))
@@ -136,13 +136,16 @@ func firstPartitionError(r *kmsg.AddPartitionsToTxnResponse) int16 {
 // TV1 brokers AddOffsetsToTxn goes to the transaction coordinator first. It
 // retries until ctx or the transaction deadline ends (a lost answer is
 // retried too: committing the same offsets again is harmless). Any
-// failure, an empty group id and ctx ending before it could start
-// included, dooms the transaction (it must not commit without the
+// failure, an empty group id, a nil ctx and ctx ending before it could
+// start included, dooms the transaction (it must not commit without the
 // offsets) and is returned classified.
 func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, group GroupMetadata) error {
 	const op = "send offsets to transaction"
 	if group.GroupID == "" {
 		return m.doomWith(op, errs.Usage(op, errors.New("empty group id")))
+	}
+	if ctx == nil {
+		return m.doomWith(op, errs.Usage(op, errNilContext))
 	}
 	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
@@ -156,7 +159,7 @@ func (m *Manager) SendOffsets(ctx context.Context, offsets map[string]map[int32]
 	if len(offsets) == 0 {
 		return nil
 	}
-	ctx, cancel := withDeadline(ctx, deadline)
+	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
 	pid, epoch := m.ProducerID()
 

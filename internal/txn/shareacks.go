@@ -42,7 +42,8 @@ type memberKey struct {
 // share.version >= 3; if one does not, it returns an ErrUnsupported error
 // (naming the broker and what it lacks) and changes nothing. Any other
 // failure dooms the transaction, which must not commit without these
-// acknowledgements: invalid acknowledgements or metadata (ErrUsage), the
+// acknowledgements: invalid acknowledgements or metadata, a nil ctx
+// (ErrUsage), the
 // tracker's refusal (ErrAbortable for an expired lock, the tracker's own
 // class otherwise), ctx ending before or during the checks (ErrAbortable).
 //
@@ -58,6 +59,9 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *kshare.ShareAcks, me
 	if err := ValidateShareAcks(set, meta); err != nil {
 		return m.doomWith(op, errs.Usage(op, err))
 	}
+	if ctx == nil {
+		return m.doomWith(op, errs.Usage(op, errNilContext))
+	}
 	ctx, leave, err := m.enterDooming(ctx, op)
 	if err != nil {
 		return err
@@ -70,7 +74,7 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *kshare.ShareAcks, me
 	if set.Len() == 0 {
 		return nil
 	}
-	ctx, cancel := withDeadline(ctx, deadline)
+	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
 
 	topics := topicsOf(set)
@@ -105,7 +109,7 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *kshare.ShareAcks, me
 	}
 	t := set.Tracker()
 	if t != nil {
-		if err := t.Stage(set, meta.GroupID, meta.MemberID); err != nil {
+		if err := t.Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID, Deadline: deadline}); err != nil {
 			return m.doomWith(op, trackerRefusal(op, err))
 		}
 	}
@@ -144,12 +148,33 @@ func trackerRefusal(op string, err error) error {
 func (m *Manager) doomWith(op string, err error) error {
 	m.mu.Lock()
 	defer m.unlock()
+	m.doomLocked(op, err)
+	return err
+}
+
+// DoomTxn dooms transaction txnNum (the number TxnState gave when the
+// application handed over what was refused), if it is still in progress,
+// and returns err unchanged: the refusal keeps its class for the caller,
+// and the transaction, which the application meant it to be part of, can
+// no longer commit (kshare.ErrAbortable). The produce path reports records
+// it refuses as usage errors here.
+func (m *Manager) DoomTxn(txnNum uint64, op string, err error) error {
+	m.mu.Lock()
+	defer m.unlock()
+	if txnNum == m.txnNum {
+		m.doomLocked(op, err)
+	}
+	return err
+}
+
+// doomLocked moves a transaction in progress to AbortableError because op
+// failed with err. Called with mu held.
+func (m *Manager) doomLocked(op string, err error) {
 	switch m.state {
 	case StateInTransaction, StateCommitting:
 		m.setState(StateAbortableError)
 		m.err = errs.Abortable(op, fmt.Errorf("the transaction cannot commit: %w", err))
 	}
-	return err
 }
 
 // ValidateShareAcks reports why acks, the acknowledgements of records that

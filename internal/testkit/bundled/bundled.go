@@ -76,3 +76,25 @@ func (l *RequestLog) Reset() {
 	l.reqs = nil
 	l.mu.Unlock()
 }
+
+// WithoutRenew makes the nodes of c look like brokers from before KIP-1222
+// (ShareAcknowledge v1 at most, so no RENEW) to clients that ask for their
+// ApiVersions from now on, until the test ends: a share consumer then
+// cannot renew a lock, and its records keep their first one. It installs
+// c's fault hook, replacing any other.
+func WithoutRenew(t testing.TB, c *broker.Cluster) {
+	stop := c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		if _, ok := req.(*kmsg.ApiVersionsRequest); !ok {
+			return broker.FaultAction{}
+		}
+		return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+			keys := resp.(*kmsg.ApiVersionsResponse).ApiKeys
+			for i := range keys {
+				if keys[i].ApiKey == kmsg.ShareAcknowledge.Int16() {
+					keys[i].MaxVersion = 1
+				}
+			}
+		}}
+	})
+	t.Cleanup(stop)
+}
