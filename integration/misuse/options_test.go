@@ -1,4 +1,4 @@
-package review_test
+package misuse_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package review_test holds kshare's public-API misuse tests: the
+// Package misuse_test holds kshare's public-API misuse tests: the
 // regression tests of an adversarial review of the public API against
 // what docs/api.md, the package documentation and docs/design.md
 // ("Lifecycle") promise. Each test is named after the behaviour it pins,
@@ -6,7 +6,7 @@
 // under the release that fixed them) it guards and what used to happen.
 // It uses only the public packages (kshare, producer, shareconsumer,
 // acknowledger) and the bundled cluster, as an application would.
-package review_test
+package misuse_test
 
 import (
 	"context"
