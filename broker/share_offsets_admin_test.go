@@ -174,3 +174,40 @@ func TestShareGroupOffsetsAdminGroupErrors(t *testing.T) {
 	require.Zero(t, d.ErrorCode, "the group exists now")
 	require.Zero(t, d.Topics[0].ErrorCode)
 }
+
+// TestAlterShareGroupOffsetsRepeatedPartition: a request naming one
+// partition many times resets it once, to the offset given last, and
+// answers every entry; its work does not grow with the repeats (two state
+// records, where it used to write two per entry).
+func TestAlterShareGroupOffsetsRepeatedPartition(t *testing.T) {
+	c := newTestCluster(t, Nodes(1))
+	createTopic(t, c, "rep", 1)
+	admin := newTestClient(t, c)
+	shareProduce(t, shareProducer(t, c), "rep", 1, shareValues("v", 10)...)
+	node := shareGroupCoordinator(t, c, "rep-group")
+	require.Zero(t, alterShareOffsets(t, c, node, "rep-group", map[string]map[int32]int64{"rep": {0: 1}}).ErrorCode)
+	idx := shareStatePartition(t, c, "rep-group", "rep", 0)
+	before := endOffset(t, c, wire.ShareGroupStateTopic, idx)
+
+	const repeats = 1000
+	req := kmsg.NewPtrAlterShareGroupOffsetsRequest()
+	req.GroupID = "rep-group"
+	rt := kmsg.NewAlterShareGroupOffsetsRequestTopic()
+	rt.Topic = "rep"
+	for i := range repeats {
+		rt.Partitions = append(rt.Partitions, kmsg.AlterShareGroupOffsetsRequestTopicPartition{Partition: 0, StartOffset: int64(i % 9)})
+	}
+	rt.Partitions[repeats-1].StartOffset = 6
+	req.Topics = append(req.Topics, rt)
+	resp := txnWire(t, c, node, req).(*kmsg.AlterShareGroupOffsetsResponse)
+	require.Zero(t, resp.ErrorCode)
+	require.Len(t, resp.Topics, 1)
+	require.Len(t, resp.Topics[0].Partitions, repeats, "every entry answered")
+	for _, rp := range resp.Topics[0].Partitions {
+		require.Zero(t, rp.ErrorCode)
+	}
+	written := endOffset(t, c, wire.ShareGroupStateTopic, idx) - before
+	require.LessOrEqual(t, written, int64(2), "state records written for one partition named %d times", repeats)
+	require.Equal(t, int64(6), shareOffsets(t, admin, "rep-group", "rep")[0].StartOffset, "the offset given last")
+	require.Equal(t, 0, c.handlerPanics)
+}
