@@ -14,18 +14,24 @@ package broker
 //     more than DurationFilterMillis ago; -1 for no filter) and from v2 by a
 //     transactional-id pattern (RE2 syntax, whole id; a pattern that does
 //     not compile, or is past the broker's bounds of 16 KiB and 20,000
-//     program instructions (regex.go), is INVALID_REGULAR_EXPRESSION).
+//     program instructions (regex.go), is INVALID_REGULAR_EXPRESSION; so is
+//     one whose matching would cost more than 2^24 steps (instructions
+//     times id bytes) for one id or 2^28 for the request).
 //
 // Cost:
 //   - The other filters run on the loop, O(1) per transaction of the node.
-//     A pattern is compiled and matched in the background (one regex job
-//     at a time over the cluster), since matching costs the pattern's
-//     program size times the ids' lengths; the answer is sent from there.
+//     A pattern is compiled and matched in the background (one pattern at
+//     a time over the cluster, in a slot of its own so that it cannot
+//     hold up consumer groups' regex subscriptions), since matching costs
+//     the pattern's program size times the ids' lengths; the work is
+//     bounded as above, Close stops it between two ids, and the answer is
+//     sent from there.
 //
 // Skipped:
 //   - authorization.
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -90,21 +96,23 @@ func handleListTransactions(c *Cluster, r *request) (kmsg.Response, error) {
 	}
 	// The pattern is compiled and matched off the loop: its cost grows
 	// with the pattern and with every transactional id's length.
-	c.inBackground(func(stop <-chan struct{}) (any, bool) {
-		re, _, err := boundedRegex(pattern)
+	c.inBackground(c.listTxnSem, func(stop <-chan struct{}) (any, bool) {
+		re, insts, err := boundedRegex(pattern)
+		if err == nil {
+			err = checkPatternCost(insts, resp.TransactionStates)
+		}
 		if err != nil {
+			c.logger.Debug("ListTransactions pattern refused", "err", err)
 			resp.ErrorCode = kerr.InvalidRegularExpression.Code
 			resp.TransactionStates = nil
 			return resp, true
 		}
 		kept := resp.TransactionStates[:0]
-		for i, st := range resp.TransactionStates {
-			if i%64 == 0 {
-				select {
-				case <-stop:
-					return nil, false
-				default:
-				}
+		for _, st := range resp.TransactionStates {
+			select {
+			case <-stop:
+				return nil, false
+			default:
 			}
 			if re.MatchString(st.TransactionalID) {
 				kept = append(kept, st)
@@ -115,6 +123,25 @@ func handleListTransactions(c *Cluster, r *request) (kmsg.Response, error) {
 		return resp, true
 	}, func(res any) { r.respond(res.(*kmsg.ListTransactionsResponse)) })
 	return nil, nil
+}
+
+// checkPatternCost refuses a pattern of insts program instructions whose
+// matching against the listed ids would pass the bounds of one background
+// job or of one match (regex.go).
+func checkPatternCost(insts int, states []kmsg.ListTransactionsResponseTransactionState) error {
+	var total, longest int64
+	for _, st := range states {
+		n := int64(len(st.TransactionalID)) + 1
+		total += n
+		longest = max(longest, n)
+	}
+	switch {
+	case longest*int64(insts) > regexNameSteps:
+		return fmt.Errorf("a pattern of %d instructions against a transactional id of %d bytes passes the broker's bound of %d steps per match", insts, longest-1, regexNameSteps)
+	case total*int64(insts) > regexJobSteps:
+		return fmt.Errorf("a pattern of %d instructions against %d transactional ids (%d bytes) passes the broker's bound of %d steps per request", insts, len(states), total, regexJobSteps)
+	}
+	return nil
 }
 
 func sortTransactionStates(states []kmsg.ListTransactionsResponseTransactionState) {

@@ -44,9 +44,12 @@ type Cluster struct {
 
 	faults faultHooks // test fault injection (faults.go)
 
-	// regexSem lets one background regex resolution run at a time
-	// (regex.go).
-	regexSem chan struct{}
+	// regexSem lets one background regex resolution of consumer-group
+	// subscriptions run at a time, listTxnSem one ListTransactions
+	// pattern: an admin client's costly pattern cannot hold up the
+	// groups' subscriptions (regex.go).
+	regexSem   chan struct{}
+	listTxnSem chan struct{}
 
 	// Everything below is owned by the run loop.
 	topics map[string]*topic
@@ -126,6 +129,7 @@ func NewCluster(opts ...Opt) (*Cluster, error) {
 		logger:          cfg.logger,
 		reqCh:           make(chan *request),
 		regexSem:        make(chan struct{}, 1),
+		listTxnSem:      make(chan struct{}, 1),
 		adminCh:         make(chan func()),
 		dying:           make(chan struct{}),
 		dead:            make(chan struct{}),

@@ -278,7 +278,7 @@ func (c *Cluster) resolveSubscription(sr *subscriptionRegex) {
 		return
 	}
 	sr.resolving = true
-	c.inBackground(func(stop <-chan struct{}) (any, bool) {
+	c.inBackground(c.regexSem, func(stop <-chan struct{}) (any, bool) {
 		return matchNames(sr.re, names, stop)
 	}, func(res any) {
 		sr.matched, sr.gen, sr.resolved, sr.resolving = res.([]string), gen, true, false

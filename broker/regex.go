@@ -32,6 +32,13 @@ const (
 	// regexSyncSteps is the matching work (program instructions times
 	// name bytes) the loop does itself; more goes to the background.
 	regexSyncSteps = 1 << 20
+	// regexJobSteps bounds the work of one background job, and
+	// regexNameSteps of one match within it (a job gives up on Close only
+	// between two matches). Topic names are short enough that a
+	// subscription never reaches either; transactional ids may be 32 KiB
+	// long, so a ListTransactions pattern past them is refused.
+	regexJobSteps  = 1 << 28
+	regexNameSteps = 1 << 24
 )
 
 // boundedRegex compiles expr, anchored to match whole strings, with the
@@ -69,11 +76,12 @@ func regexCost(insts int, names []string) int64 {
 }
 
 // matchNames returns the names re matches, sorted. stop ends it early
-// (nil, false) when closed.
+// (nil, false) when closed; it is checked before every name, since one
+// match may take a good part of a second.
 func matchNames(re *regexp.Regexp, names []string, stop <-chan struct{}) ([]string, bool) {
 	var out []string
-	for i, name := range names {
-		if i%64 == 0 && stop != nil {
+	for _, name := range names {
+		if stop != nil {
 			select {
 			case <-stop:
 				return nil, false
@@ -88,21 +96,22 @@ func matchNames(re *regexp.Regexp, names []string, stop <-chan struct{}) ([]stri
 	return out, true
 }
 
-// inBackground runs work off the loop, one piece of work at a time over
-// the cluster (regexSem), and then apply on the loop with its result. The
-// goroutine is the cluster's (c.wg) and gives up when the cluster closes.
-func (c *Cluster) inBackground(work func(stop <-chan struct{}) (any, bool), apply func(any)) {
+// inBackground runs work off the loop, one piece of work at a time per
+// slot (sem: regexSem or listTxnSem), and then apply on the loop with its
+// result. The goroutine is the cluster's (c.wg) and gives up when the
+// cluster closes.
+func (c *Cluster) inBackground(sem chan struct{}, work func(stop <-chan struct{}) (any, bool), apply func(any)) {
 	c.stats.regexBackground++
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		select {
-		case c.regexSem <- struct{}{}:
+		case sem <- struct{}{}:
 		case <-c.dying:
 			return
 		}
 		res, ok := work(c.dying)
-		<-c.regexSem
+		<-sem
 		if !ok {
 			return
 		}

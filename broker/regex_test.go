@@ -144,3 +144,35 @@ func TestListTransactionsPatternOffTheLoop(t *testing.T) {
 	require.Equal(t, "plain", resp.TransactionStates[0].TransactionalID)
 	require.Equal(t, 0, c.handlerPanics)
 }
+
+// TestListTransactionsPatternWorkIsBounded: a pattern within the size
+// bounds whose matching against the listed ids would cost too much (here
+// 66 ids of 2,000 bytes, about 0.8 billion steps, which kept a background
+// job busy for 20 s and Close waiting for it) is INVALID_REGULAR_EXPRESSION
+// before any matching; a cheap pattern over the same ids is answered.
+func TestListTransactionsPatternWorkIsBounded(t *testing.T) {
+	c := newTestCluster(t, Nodes(1))
+	const ids, idLen = 66, 2000
+	for i := range ids {
+		txnInitOK(t, c, strings.Repeat("a", idLen-4)+fmt.Sprintf("%04d", i))
+	}
+	list := func(pattern string) *kmsg.ListTransactionsResponse {
+		req := kmsg.NewPtrListTransactionsRequest()
+		req.Version = 2
+		req.TransactionalIDPattern = &pattern
+		return txnWire(t, c, 0, req).(*kmsg.ListTransactionsResponse)
+	}
+	pattern := "(?:" + strings.Repeat("a?", 3000) + ")*c"
+	_, insts, err := boundedRegex(pattern)
+	require.NoError(t, err, "the pattern is within the size bounds")
+	require.Greater(t, int64(insts)*ids*(idLen+1), int64(regexJobSteps))
+	require.LessOrEqual(t, int64(insts)*(idLen+1), int64(regexNameSteps))
+	resp := list(pattern)
+	require.Equal(t, kerr.InvalidRegularExpression.Code, resp.ErrorCode)
+	require.Empty(t, resp.TransactionStates)
+
+	resp = list("a*00[0-9]7")
+	require.Zero(t, resp.ErrorCode)
+	require.Len(t, resp.TransactionStates, 6, "ids ending in 0007, 0017, ..., 0057")
+	require.Equal(t, 0, c.handlerPanics)
+}
