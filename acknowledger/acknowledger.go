@@ -116,6 +116,11 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 	if ctx == nil {
 		return nil, errs.Usage(op, errors.New("nil context"))
 	}
+	// An ended ctx fails every time, not only when the slot happens to be
+	// taken (select picks at random among ready cases).
+	if err := ctx.Err(); err != nil {
+		return nil, errs.Abortable(op, fmt.Errorf("context ended before the call: %w", err))
+	}
 	select {
 	case a.txnSem <- struct{}{}:
 		return func() { <-a.txnSem }, nil
@@ -185,6 +190,9 @@ func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *kshare.
 	const op = "commit acknowledgements"
 	leave, err := a.enter(ctx, op)
 	if err != nil {
+		if acks != nil && errors.Is(err, kshare.ErrAbortable) {
+			giveBack((*acktrack.Set)(acks), meta)
+		}
 		return err
 	}
 	defer leave()
@@ -242,6 +250,11 @@ type sendItem struct {
 func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) error {
 	if err := a.p.BeginTransaction(); err != nil {
 		dropCheckpoints(items)
+		for _, it := range items {
+			if !it.checkpoint {
+				giveBack(it.acks, it.meta)
+			}
+		}
 		return err
 	}
 	err := func() error {
@@ -285,6 +298,20 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 		class = c
 	}
 	return errs.New(class, op, fmt.Errorf("%w (abort failed too: %w)", err, aerr))
+}
+
+// giveBack returns the records of acks, which a failed call never sent,
+// to the group at once, as the failure of a commit does. A consumer
+// releases records only as the end of a transaction that did not commit,
+// so they are staged and resolved as not committed; a staging the
+// consumer refuses (records no longer held, or already in a transaction)
+// gives nothing back, since the records are not the caller's to give.
+func giveBack(acks *acktrack.Set, meta kshare.ShareGroupMetadata) {
+	t := acks.Tracker()
+	if t == nil || t.Stage(acks, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID}) != nil {
+		return
+	}
+	t.Resolve(acks, false)
 }
 
 // dropCheckpoints tells the trackers of the checkpoint items that they

@@ -2,6 +2,7 @@ package acknowledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -102,9 +103,7 @@ func (a *Acknowledger) take(op string, checkpointID int64, commit bool) ([]check
 	if !commit && len(a.committing) > 0 && a.committing[0] <= checkpointID {
 		return nil, errs.Usage(op, fmt.Errorf("checkpoint %d is being committed (CommitCheckpoint is in progress): it cannot be dropped, and its commit decides", a.committing[0]))
 	}
-	n := sort.Search(len(a.staged), func(i int) bool { return a.staged[i].id > checkpointID })
-	out := append([]checkpoint(nil), a.staged[:n]...)
-	a.staged = append(a.staged[:0], a.staged[n:]...)
+	out := a.takeStagedLocked(checkpointID)
 	if commit {
 		a.committing = a.committing[:0]
 		for _, cp := range out {
@@ -112,6 +111,22 @@ func (a *Acknowledger) take(op string, checkpointID int64, commit bool) ([]check
 		}
 	}
 	return out, nil
+}
+
+// dropStaged removes and returns the checkpoints still staged with an id
+// up to checkpointID (none after Close, which dropped them all); those a
+// commit in progress took are not staged any more.
+func (a *Acknowledger) dropStaged(checkpointID int64) []checkpoint {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.takeStagedLocked(checkpointID)
+}
+
+func (a *Acknowledger) takeStagedLocked(checkpointID int64) []checkpoint {
+	n := sort.Search(len(a.staged), func(i int) bool { return a.staged[i].id > checkpointID })
+	out := append([]checkpoint(nil), a.staged[:n]...)
+	a.staged = append(a.staged[:0], a.staged[n:]...)
+	return out
 }
 
 // doneCommitting forgets the checkpoints that the commit in progress took.
@@ -139,6 +154,16 @@ func (a *Acknowledger) CommitCheckpoint(ctx context.Context, checkpointID int64)
 	const op = "commit checkpoint"
 	leave, err := a.enter(ctx, op)
 	if err != nil {
+		if errors.Is(err, kshare.ErrAbortable) {
+			// The checkpoint failed before its transaction began (ctx
+			// ended, maybe while another call ran): it is dropped as
+			// any failed checkpoint is, or a later CommitCheckpoint
+			// would commit what the caller was told had failed.
+			// Checkpoints a commit in progress took are that commit's.
+			dropAll(a.dropStaged(checkpointID))
+			a.logger.Info("checkpoint failed before its transaction began; its records come back to the group", "checkpoint", checkpointID, "err", err)
+			return fmt.Errorf("checkpoint %d: %w", checkpointID, err)
+		}
 		return err
 	}
 	defer leave()
