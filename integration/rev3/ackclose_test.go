@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,14 +86,14 @@ func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key i
 			}
 		}
 	}
-	fired := false
+	var fired atomic.Bool
 	stop := e.c.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
 		if c != client || req.Key() != key {
 			return broker.FaultAction{}
 		}
 		act := broker.FaultAction{}
 		once.Do(func() {
-			fired = true
+			fired.Store(true)
 			act.AfterHandling = func(kmsg.Response) { startClose() }
 			if drop {
 				act.Fault = broker.DropAnswer
@@ -107,7 +108,7 @@ func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key i
 	case <-ctx.Done():
 		t.Fatal("acknowledger Close hung")
 	}
-	require.True(t, fired, "the fault never landed")
+	require.True(t, fired.Load(), "the fault never landed")
 	require.NoError(t, ctx.Err())
 
 	reported := commitErr == nil || errors.Is(commitErr, kshare.ErrCommitted) || errors.Is(closeErr, kshare.ErrCommitted)

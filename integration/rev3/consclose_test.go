@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,8 +57,11 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 		require.NoError(t, err)
 		recs = append(recs, rs...)
 	}
+	var closeMu sync.Mutex
 	var closeErr error
 	closeCons := func() {
+		closeMu.Lock()
+		defer closeMu.Unlock()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if closeNow {
 			cancel()
@@ -71,7 +75,8 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 	}
 	require.NoError(t, prod.SendShareAcksToTransaction(ctx, cons.Acks(recs, kshare.AckAccept), cons.GroupMetadata()))
 	var once sync.Once
-	fired := at < 0
+	var fired atomic.Bool
+	fired.Store(at < 0)
 	if at < 0 {
 		closeCons()
 	} else {
@@ -81,7 +86,7 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 			}
 			var act broker.FaultAction
 			once.Do(func() {
-				fired = true
+				fired.Store(true)
 				act.AfterHandling = func(kmsg.Response) { closeCons() }
 			})
 			return act
@@ -89,8 +94,10 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 		defer stop()
 	}
 	err := prod.CommitTransaction(ctx)
-	require.True(t, fired, "the fault never landed")
+	require.True(t, fired.Load(), "the fault never landed")
+	closeMu.Lock()
 	t.Logf("consumer close: %v; commit: %v", closeErr, err)
+	closeMu.Unlock()
 	committed := err == nil
 	if err != nil {
 		require.ErrorIs(t, err, kshare.ErrAbortable)
