@@ -26,6 +26,14 @@ import (
 // released; with RenewHeldLocks(true) (the Benthos input's setting) the
 // record is then renewed until the consumer closes, and another member
 // polling for several lock durations never gets it.
+//
+// FINDING (rev3, low: liveness / doc mismatch; no exactly-once violation,
+// the application still holds the records and may retry).
+// Cause: CommitAcknowledgements returns enter's ErrAbortable before it
+// stages anything, so the consumer is never told the acknowledgements
+// failed. Fix: on that path tell the consumer (resolve the ShareAcks as not
+// committed, as a failed staging does), or document that a call that fails
+// before it starts leaves the records held by the application.
 func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(time.Second))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,13 +52,13 @@ func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fau
 	}
 	var commitErr error
 	var closeFn func(context.Context) error
-	applied := 0
+	var applied atomic.Int64
 	stop := e.c.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
 		if c != txid || req.Key() != kmsg.EndTxn.Int16() {
 			return broker.FaultAction{}
 		}
 		if r := req.(*kmsg.EndTxnRequest); r.Commit && fault == broker.DropAnswer {
-			applied++
+			applied.Add(1)
 		}
 		return broker.FaultAction{Fault: fault}
 	})
@@ -86,8 +87,8 @@ func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fau
 	stop()
 	require.ErrorIs(t, commitErr, kshare.ErrInDoubt, "commit with every EndTxn %s", fault)
 	closeErr := closeFn(ctx)
-	t.Logf("commit: %v; close: %v; EndTxn(COMMIT) applied %d times", commitErr, closeErr, applied)
-	if applied > 0 {
+	t.Logf("commit: %v; close: %v; EndTxn(COMMIT) applied %d times", commitErr, closeErr, applied.Load())
+	if applied.Load() > 0 {
 		require.ErrorIs(t, closeErr, kshare.ErrCommitted, "Close learned nothing of a commit the coordinator applied")
 	} else {
 		require.NoError(t, closeErr, "Close of a commit the coordinator never saw")
@@ -109,7 +110,7 @@ func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fau
 	if !ack {
 		outs = len(e.committedValues(ctx, t, out))
 	}
-	if applied > 0 {
+	if applied.Load() > 0 {
 		require.Zero(t, back, "inputs of a committed transaction came back")
 		require.Equal(t, 3, outs)
 	} else {
