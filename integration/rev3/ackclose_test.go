@@ -50,12 +50,7 @@ func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key i
 	e.topic(ctx, t, topic, 1)
 	e.input(ctx, t, topic, "a", "b", "c")
 	cons := e.consumer(t, group, topic)
-	var recs []*kgo.Record
-	for len(recs) < 3 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 3)
 	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID(client),
 		acknowledger.KgoOpts(kgo.ClientID(client)), acknowledger.TransactionTimeout(20*time.Second))
 	require.NoError(t, err)

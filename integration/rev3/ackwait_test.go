@@ -40,12 +40,7 @@ func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	e.topic(ctx, t, "in", 1)
 	e.input(ctx, t, "in", "a", "b")
 	cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(true))
-	var recs []*kgo.Record
-	for len(recs) < 2 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 2)
 	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"),
 		acknowledger.KgoOpts(kgo.ClientID("rev3-ack")))
 	require.NoError(t, err)

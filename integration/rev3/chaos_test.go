@@ -41,7 +41,6 @@ func TestPipelineExactlyOnceUnderConsumerFaults(t *testing.T) {
 
 	var counts [4]atomic.Int64
 	var dropped atomic.Int64
-	var debugOnce atomic.Bool
 	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 		every := map[int16]struct {
 			i int
@@ -51,9 +50,6 @@ func TestPipelineExactlyOnceUnderConsumerFaults(t *testing.T) {
 			kmsg.ShareAcknowledge.Int16(): {1, 2},
 			wire.TxnShareAcknowledgeKey:   {2, 3},
 			kmsg.EndTxn.Int16():           {3, 5},
-		}
-		if debugOnce.CompareAndSwap(false, true) {
-			t.Logf("first request from %q key %d", client, req.Key())
 		}
 		if s, ok := every[req.Key()]; ok && (client == "rev3-consumer" || client == "rev3-producer") {
 			if counts[s.i].Add(1)%s.k == 0 {

@@ -46,12 +46,7 @@ func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 	e.topic(ctx, t, "in", 1)
 	e.input(ctx, t, "in", "a", "b")
 	cons := e.consumer(t, "g", "in")
-	var recs []*kgo.Record
-	for len(recs) < 2 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 2)
 	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"),
 		acknowledger.KgoOpts(kgo.ClientID("rev3-ack")))
 	require.NoError(t, err)
@@ -145,12 +140,7 @@ func TestCheckpointCommitWithEndedContextIsDroppedEveryTime(t *testing.T) {
 	}
 	e.input(ctx, t, "in", values...)
 	cons := e.consumer(t, "g", "in")
-	var recs []*kgo.Record
-	for len(recs) < n {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, n)
 	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })

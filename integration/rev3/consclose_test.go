@@ -51,12 +51,7 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 	e.input(ctx, t, in, "a", "b", "c")
 	cons := e.consumer(t, group, in)
 	prod := e.producer(ctx, t, txid, producer.KgoOpts(kgo.ClientID(txid)))
-	var recs []*kgo.Record
-	for len(recs) < 3 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 3)
 	var closeMu sync.Mutex
 	var closeErr error
 	closeCons := func() {

@@ -132,3 +132,15 @@ func (e *env) committedValues(ctx context.Context, t *testing.T, topic string) [
 		}
 	}
 }
+
+// pollN polls c until it returned at least n records.
+func pollN(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, n int) []*kgo.Record {
+	t.Helper()
+	var recs []*kgo.Record
+	for len(recs) < n {
+		rs, err := c.Poll(ctx)
+		require.NoError(t, err, "poll (have %d of %d)", len(recs), n)
+		recs = append(recs, rs...)
+	}
+	return recs
+}

@@ -44,12 +44,7 @@ func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fau
 	e.topic(ctx, t, out, 1)
 	e.input(ctx, t, in, "a", "b", "c")
 	cons := e.consumer(t, group, in)
-	var recs []*kgo.Record
-	for len(recs) < 3 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 3)
 	var commitErr error
 	var closeFn func(context.Context) error
 	var applied atomic.Int64

@@ -31,12 +31,7 @@ func TestHeldRecordsAfterLeaderMove(t *testing.T) {
 			e.input(ctx, t, "in", "a", "b", "c")
 			cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(renew))
 			prod := e.producer(ctx, t, "tx")
-			var first []*kgo.Record
-			for len(first) < 3 {
-				rs, err := cons.Poll(ctx)
-				require.NoError(t, err)
-				first = append(first, rs...)
-			}
+			first := pollN(ctx, t, cons, 3)
 			leader, err := e.c.Leader("in", 0)
 			require.NoError(t, err)
 			for _, n := range e.c.NodeIDs() {

@@ -41,12 +41,7 @@ func TestInputLeaderMovesDuringCommit(t *testing.T) {
 			e.input(ctx, t, in, "a", "b", "c")
 			cons := e.consumer(t, group, in)
 			prod := e.producer(ctx, t, txid, producer.KgoOpts(kgo.ClientID(txid)))
-			var recs []*kgo.Record
-			for len(recs) < 3 {
-				rs, err := cons.Poll(ctx)
-				require.NoError(t, err)
-				recs = append(recs, rs...)
-			}
+			recs := pollN(ctx, t, cons, 3)
 			var once sync.Once
 			var fired atomic.Bool
 			stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/shareconsumer"
@@ -24,12 +23,7 @@ func TestPollsBlockedWhileConsumerCloses(t *testing.T) {
 	e.input(ctx, t, "in", "a")
 	cons := e.consumer(t, "g", "in")
 	prod := e.producer(ctx, t, "tx")
-	var recs []*kgo.Record
-	for len(recs) < 1 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 1)
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {

@@ -40,12 +40,7 @@ func TestStagedWhileHeldRenewalTravels(t *testing.T) {
 	require.NoError(t, e.admin.ProduceSync(ctx, batch...).FirstErr()) // one batch: one acquisition
 	cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(true))
 	prod := e.producer(ctx, t, "tx")
-	var recs []*kgo.Record
-	for len(recs) < 4 {
-		rs, err := cons.Poll(ctx)
-		require.NoError(t, err)
-		recs = append(recs, rs...)
-	}
+	recs := pollN(ctx, t, cons, 4)
 
 	txnAcked := make(chan struct{})
 	renewDone := make(chan struct{})

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
@@ -34,12 +33,7 @@ func TestStageRacingAcknowledgerClose(t *testing.T) {
 			e.topic(ctx, t, topic, 1)
 			e.input(ctx, t, topic, "a")
 			cons := e.consumer(t, group, topic)
-			var recs []*kgo.Record
-			for len(recs) < 1 {
-				rs, err := cons.Poll(ctx)
-				require.NoError(t, err)
-				recs = append(recs, rs...)
-			}
+			recs := pollN(ctx, t, cons, 1)
 			a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID(id))
 			require.NoError(t, err)
 			require.NoError(t, a.InitTransactions(ctx))
