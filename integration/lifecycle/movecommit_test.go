@@ -1,4 +1,4 @@
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"

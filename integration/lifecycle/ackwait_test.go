@@ -1,4 +1,4 @@
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // record is then renewed until the consumer closes, and another member
 // polling for several lock durations never gets it.
 //
-// FINDING (rev3, low: liveness / doc mismatch; no exactly-once violation,
+// Regression test (lifecycle review, low: liveness / doc mismatch; no exactly-once violation,
 // the application still holds the records and may retry).
 // Cause: CommitAcknowledgements returns enter's ErrAbortable before it
 // stages anything, so the consumer is never told the acknowledgements
@@ -42,7 +42,7 @@ func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(true))
 	recs := pollN(ctx, t, cons, 2)
 	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"),
-		acknowledger.KgoOpts(kgo.ClientID("rev3-ack")))
+		acknowledger.KgoOpts(kgo.ClientID("lc-ack")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	require.NoError(t, a.InitTransactions(ctx))
@@ -51,7 +51,7 @@ func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	release := make(chan struct{})
 	var once atomic.Bool
 	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
-		if client == "rev3-ack" && req.Key() == kmsg.EndTxn.Int16() && once.CompareAndSwap(false, true) {
+		if client == "lc-ack" && req.Key() == kmsg.EndTxn.Int16() && once.CompareAndSwap(false, true) {
 			close(held)
 			select {
 			case <-release:
@@ -73,7 +73,7 @@ func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	require.NoError(t, <-first, "the first commit")
 	require.ErrorIs(t, err, kshare.ErrAbortable)
 
-	other := e.consumer(t, "g", "in", shareconsumer.KgoOpts(kgo.ClientID("rev3-other")))
+	other := e.consumer(t, "g", "in", shareconsumer.KgoOpts(kgo.ClientID("lc-other")))
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second) // five lock durations
 	defer pcancel()
 	got := 0

@@ -1,4 +1,4 @@
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestPipelineExactlyOnceUnderConsumerFaults(t *testing.T) {
 			wire.TxnShareAcknowledgeKey:   {2, 3},
 			kmsg.EndTxn.Int16():           {3, 5},
 		}
-		if s, ok := every[req.Key()]; ok && (client == "rev3-consumer" || client == "rev3-producer") {
+		if s, ok := every[req.Key()]; ok && (client == "lc-consumer" || client == "lc-producer") {
 			if counts[s.i].Add(1)%s.k == 0 {
 				dropped.Add(1)
 				return broker.FaultAction{Fault: broker.DropAnswer}

@@ -1,7 +1,7 @@
 // Package rev3_test holds the reproducers of the rev3 adversarial review
 // of kshare's lifecycle paths (consumer-side faults, Close races, lock
 // renewal across leader moves). Public APIs and the bundled cluster only.
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func (e *env) consumer(t *testing.T, group, topic string, opts ...shareconsumer.
 	opts = append([]shareconsumer.Opt{
 		shareconsumer.SeedBrokers(e.seeds...), shareconsumer.Group(group), shareconsumer.Topics(topic),
 		shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxWait(100 * time.Millisecond),
-		shareconsumer.KgoOpts(kgo.ClientID("rev3-consumer")),
+		shareconsumer.KgoOpts(kgo.ClientID("lc-consumer")),
 	}, opts...)
 	c, err := shareconsumer.New(opts...)
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func (e *env) consumer(t *testing.T, group, topic string, opts ...shareconsumer.
 func (e *env) producer(ctx context.Context, t *testing.T, id string, opts ...producer.Opt) *producer.Producer {
 	t.Helper()
 	opts = append([]producer.Opt{producer.SeedBrokers(e.seeds...), producer.TransactionalID(id),
-		producer.KgoOpts(kgo.ClientID("rev3-producer"))}, opts...)
+		producer.KgoOpts(kgo.ClientID("lc-producer"))}, opts...)
 	p, err := producer.New(opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() {

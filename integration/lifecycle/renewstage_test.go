@@ -1,4 +1,4 @@
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func TestStagedWhileHeldRenewalTravels(t *testing.T) {
 	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 		switch r := req.(type) {
 		case *kmsg.ShareAcknowledgeRequest:
-			if client != "rev3-consumer" || !r.IsRenewAck {
+			if client != "lc-consumer" || !r.IsRenewAck {
 				return broker.FaultAction{}
 			}
 			var act broker.FaultAction
@@ -87,7 +87,7 @@ func TestStagedWhileHeldRenewalTravels(t *testing.T) {
 			ackOnce.Do(func() { act.AfterHandling = func(kmsg.Response) { close(txnAcked) } })
 			return act
 		}
-		if req.Key() == kmsg.EndTxn.Int16() && client == "rev3-producer" {
+		if req.Key() == kmsg.EndTxn.Int16() && client == "lc-producer" {
 			wait(renewDone) // the records stay TX_PENDING until the RENEW was handled
 		}
 		return broker.FaultAction{}
@@ -103,7 +103,7 @@ func TestStagedWhileHeldRenewalTravels(t *testing.T) {
 	require.True(t, renewRefused.Load(), "the broker did not refuse the RENEW that met TX_PENDING records (test premise)")
 
 	// Several lock durations pass while another member polls.
-	other := e.consumer(t, "g", "in", shareconsumer.KgoOpts(kgo.ClientID("rev3-other")))
+	other := e.consumer(t, "g", "in", shareconsumer.KgoOpts(kgo.ClientID("lc-other")))
 	pctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	for {
 		rs, err := other.Poll(pctx)

@@ -1,4 +1,4 @@
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // checkpoint, and another member gets the checkpoint's records while the
 // first member keeps running; the first commit still commits its own.
 //
-// FINDING (rev3, high: exactly-once under the documented recovery).
+// Regression test (lifecycle review, high: exactly-once under the documented recovery).
 // What happens: CommitCheckpoint returns ErrAbortable ("waiting for the
 // transaction call in progress: context deadline exceeded"), Staged still
 // lists checkpoint 1, the consumer keeps renewing its record, and the next
@@ -48,7 +48,7 @@ func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 	cons := e.consumer(t, "g", "in")
 	recs := pollN(ctx, t, cons, 2)
 	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"),
-		acknowledger.KgoOpts(kgo.ClientID("rev3-ack")))
+		acknowledger.KgoOpts(kgo.ClientID("lc-ack")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	require.NoError(t, a.InitTransactions(ctx))
@@ -58,7 +58,7 @@ func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 	release := make(chan struct{})
 	var once atomic.Bool
 	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
-		if client == "rev3-ack" && req.Key() == kmsg.EndTxn.Int16() && once.CompareAndSwap(false, true) {
+		if client == "lc-ack" && req.Key() == kmsg.EndTxn.Int16() && once.CompareAndSwap(false, true) {
 			close(held)
 			select {
 			case <-release:
@@ -126,7 +126,7 @@ func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 // staged. The chance that twenty calls all drop with the bug present is
 // 2^-20.
 //
-// FINDING (rev3, same root cause as above; nondeterministic behaviour).
+// Regression test (lifecycle review, same root cause as above; nondeterministic behaviour).
 // Fix: check ctx.Err() before the select (or prefer the slot), and drop the
 // checkpoint whenever CommitCheckpoint fails before starting.
 func TestCheckpointCommitWithEndedContextIsDroppedEveryTime(t *testing.T) {

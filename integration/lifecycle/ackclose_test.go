@@ -1,4 +1,4 @@
-package rev3_test
+package lifecycle_test
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func TestCheckpointCommitRacingCloseReportsItsOutcome(t *testing.T) {
 }
 
 func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key int16, closeNow, drop bool) {
-	topic, group, client := fmt.Sprintf("in%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("rev3-ack-%d", i)
+	topic, group, client := fmt.Sprintf("in%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("lc-ack-%d", i)
 	e.topic(ctx, t, topic, 1)
 	e.input(ctx, t, topic, "a", "b", "c")
 	cons := e.consumer(t, group, topic)
