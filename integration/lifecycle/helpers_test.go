@@ -1,6 +1,8 @@
-// Package rev3_test holds the reproducers of the rev3 adversarial review
-// of kshare's lifecycle paths (consumer-side faults, Close races, lock
-// renewal across leader moves). Public APIs and the bundled cluster only.
+// Package lifecycle_test holds the regression tests of an adversarial
+// review of kshare's lifecycle paths: consumer-side faults and lost
+// answers, Close racing commits and Polls, contexts ending while a call
+// waits, lock renewal across leader moves. Public APIs and the bundled
+// cluster only, as an application would use them.
 package lifecycle_test
 
 import (
