@@ -119,7 +119,7 @@ func (r *fmRun) callsAfterClose() {
 		}
 		assert.ErrorIs(t, err, kshare.ErrClosed, "(e) %s after Close", name)
 	}
-	assert.Zero(t, r.late.Load(), "(e) the producer sent requests after Close returned")
+	assert.Zero(t, r.late.Load(), "(e) the producer wrote requests after Close returned")
 }
 
 // committedOffset returns the offset group committed for partition 0 of

@@ -273,7 +273,7 @@ type fmRun struct {
 	step     atomic.Int32 // the step running, or -1
 	fired    atomic.Bool
 	closed   atomic.Bool  // every Close has returned
-	late     atomic.Int32 // requests sent after Close returned
+	late     atomic.Int32 // requests the producer's client wrote after Close returned
 	promised sync.WaitGroup
 
 	mu          sync.Mutex
@@ -353,7 +353,8 @@ func (r *fmRun) setUp() {
 		linger = time.Hour
 	}
 	r.p, err = New(SeedBrokers(r.c.Bootstrap()...), TransactionalID(r.txnID), Linger(linger),
-		BatchMaxBytes(1024), TransactionTimeout(fmTxnTimeout), clientID("p-"+r.id))
+		BatchMaxBytes(1024), TransactionTimeout(fmTxnTimeout),
+		KgoOpts(kgo.ClientID("p-"+r.id), kgo.WithHooks(fmLateWrites{r})))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.p.Close(context.Background()) })
 }
@@ -491,10 +492,21 @@ func (r *fmRun) record(name string, err error) {
 	r.mu.Unlock()
 }
 
+// fmLateWrites counts the requests the producer's client writes after
+// Close returned. It is counted where the client writes, not where the
+// broker reads: a request written just before Close returned (its
+// caller's ctx ended while kgo wrote it) may be read by the broker after.
+type fmLateWrites struct{ r *fmRun }
+
+func (h fmLateWrites) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err == nil && h.r.closed.Load() {
+		h.r.late.Add(1)
+	}
+}
+
 // onRequest is the fault hook for the run's producer.
 func (r *fmRun) onRequest(req kmsg.Request) broker.FaultAction {
 	if r.closed.Load() {
-		r.late.Add(1)
 		return broker.FaultAction{}
 	}
 	step, key := int(r.step.Load()), req.Key()
