@@ -16,6 +16,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -47,11 +48,11 @@ func TestCheckpointCommitRacingCloseReportsItsOutcome(t *testing.T) {
 
 func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key int16, closeNow, drop bool) {
 	topic, group, client := fmt.Sprintf("in%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("lc-ack-%d", i)
-	e.topic(ctx, t, topic, 1)
-	e.input(ctx, t, topic, "a", "b", "c")
+	e.Topic(ctx, t, topic, 1)
+	e.Input(ctx, t, topic, "a", "b", "c")
 	cons := e.consumer(t, group, topic)
-	recs := pollN(ctx, t, cons, 3)
-	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID(client),
+	recs := appenv.PollN(ctx, t, cons, 3)
+	a, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID(client),
 		acknowledger.KgoOpts(kgo.ClientID(client)), acknowledger.TransactionTimeout(20*time.Second))
 	require.NoError(t, err)
 	require.NoError(t, a.InitTransactions(ctx))
@@ -82,7 +83,7 @@ func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key i
 		}
 	}
 	var fired atomic.Bool
-	stop := e.c.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
+	stop := e.C.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
 		if c != client || req.Key() != key {
 			return broker.FaultAction{}
 		}
@@ -112,7 +113,7 @@ func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key i
 	if closeErr != nil && !errors.Is(closeErr, kshare.ErrCommitted) {
 		// Close left the transaction to the coordinator: the next
 		// acknowledger with the same id settles it (docs of Close).
-		next, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID(client))
+		next, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID(client))
 		require.NoError(t, err)
 		require.NoError(t, next.InitTransactions(ctx))
 		require.NoError(t, next.Close(ctx))

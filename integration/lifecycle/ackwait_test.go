@@ -13,6 +13,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -37,11 +38,11 @@ import (
 func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(time.Second))
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
+	e.Topic(ctx, t, "in", 1)
+	e.Input(ctx, t, "in", "a", "b")
 	cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(true))
-	recs := pollN(ctx, t, cons, 2)
-	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"),
+	recs := appenv.PollN(ctx, t, cons, 2)
+	a, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID("ack"),
 		acknowledger.KgoOpts(kgo.ClientID("lc-ack")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
@@ -50,7 +51,7 @@ func TestCommitAcknowledgementsWhoseContextEndsWhileWaiting(t *testing.T) {
 	held := make(chan struct{})
 	release := make(chan struct{})
 	var once atomic.Bool
-	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
+	stop := e.C.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 		if client == "lc-ack" && req.Key() == kmsg.EndTxn.Int16() && once.CompareAndSwap(false, true) {
 			close(held)
 			select {

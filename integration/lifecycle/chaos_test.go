@@ -30,18 +30,18 @@ import (
 func TestPipelineExactlyOnceUnderConsumerFaults(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.Nodes(3), broker.ShareDeliveryLimit(10), broker.ShareLockDuration(time.Second))
-	e.topic(ctx, t, "in", 1)
-	e.topic(ctx, t, "out", 1)
+	e.Topic(ctx, t, "in", 1)
+	e.Topic(ctx, t, "out", 1)
 	const n = 120
 	var values []string
 	for i := range n {
 		values = append(values, fmt.Sprintf("v%03d", i))
 	}
-	e.input(ctx, t, "in", values...)
+	e.Input(ctx, t, "in", values...)
 
 	var counts [4]atomic.Int64
 	var dropped atomic.Int64
-	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
+	stop := e.C.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 		every := map[int16]struct {
 			i int
 			k int64
@@ -65,11 +65,11 @@ func TestPipelineExactlyOnceUnderConsumerFaults(t *testing.T) {
 	prod := e.producer(ctx, t, "tx")
 
 	committed := map[string]int{}
-	nodes := e.c.NodeIDs()
+	nodes := e.C.NodeIDs()
 	for iter := 0; len(committed) < n; iter++ {
 		require.NoError(t, ctx.Err(), "pipeline stalled with %d of %d committed", len(committed), n)
 		if iter%3 == 2 {
-			require.NoError(t, e.c.MoveLeader("in", 0, nodes[iter%len(nodes)]))
+			require.NoError(t, e.C.MoveLeader("in", 0, nodes[iter%len(nodes)]))
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		recs, err := cons.Poll(pctx)
@@ -130,7 +130,7 @@ func TestPipelineExactlyOnceUnderConsumerFaults(t *testing.T) {
 	require.NoError(t, prod.Close(cctx))
 	cancel()
 
-	out := e.committedValues(ctx, t, "out")
+	out := e.CommittedValues(ctx, t, "out")
 	sort.Strings(out)
 	require.Equal(t, values, out, "committed output is not every input exactly once")
 

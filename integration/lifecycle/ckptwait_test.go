@@ -14,6 +14,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 )
 
 // TestCheckpointCommitWhoseContextEndsWhileWaiting lets a CommitCheckpoint
@@ -43,11 +44,11 @@ import (
 func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(time.Second))
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
+	e.Topic(ctx, t, "in", 1)
+	e.Input(ctx, t, "in", "a", "b")
 	cons := e.consumer(t, "g", "in")
-	recs := pollN(ctx, t, cons, 2)
-	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"),
+	recs := appenv.PollN(ctx, t, cons, 2)
+	a, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID("ack"),
 		acknowledger.KgoOpts(kgo.ClientID("lc-ack")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
@@ -57,7 +58,7 @@ func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 	held := make(chan struct{})
 	release := make(chan struct{})
 	var once atomic.Bool
-	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
+	stop := e.C.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 		if client == "lc-ack" && req.Key() == kmsg.EndTxn.Int16() && once.CompareAndSwap(false, true) {
 			close(held)
 			select {
@@ -132,16 +133,16 @@ func TestCheckpointCommitWhoseContextEndsWhileWaiting(t *testing.T) {
 func TestCheckpointCommitWithEndedContextIsDroppedEveryTime(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(30*time.Second))
-	e.topic(ctx, t, "in", 1)
+	e.Topic(ctx, t, "in", 1)
 	const n = 20
 	var values []string
 	for i := range n {
 		values = append(values, string(rune('a'+i)))
 	}
-	e.input(ctx, t, "in", values...)
+	e.Input(ctx, t, "in", values...)
 	cons := e.consumer(t, "g", "in")
-	recs := pollN(ctx, t, cons, n)
-	a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID("ack"))
+	recs := appenv.PollN(ctx, t, cons, n)
+	a, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID("ack"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	require.NoError(t, a.InitTransactions(ctx))

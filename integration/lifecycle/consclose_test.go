@@ -15,6 +15,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -46,12 +47,12 @@ func TestConsumerClosedUnderAStagedTransaction(t *testing.T) {
 
 func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int16, closeNow bool) {
 	in, out, group, txid := fmt.Sprintf("in%d", i), fmt.Sprintf("out%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("tx%d", i)
-	e.topic(ctx, t, in, 1)
-	e.topic(ctx, t, out, 1)
-	e.input(ctx, t, in, "a", "b", "c")
+	e.Topic(ctx, t, in, 1)
+	e.Topic(ctx, t, out, 1)
+	e.Input(ctx, t, in, "a", "b", "c")
 	cons := e.consumer(t, group, in)
 	prod := e.producer(ctx, t, txid, producer.KgoOpts(kgo.ClientID(txid)))
-	recs := pollN(ctx, t, cons, 3)
+	recs := appenv.PollN(ctx, t, cons, 3)
 	var closeMu sync.Mutex
 	var closeErr error
 	closeCons := func() {
@@ -75,7 +76,7 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 	if at < 0 {
 		closeCons()
 	} else {
-		stop := e.c.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
+		stop := e.C.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
 			if c != txid || req.Key() != at {
 				return broker.FaultAction{}
 			}
@@ -101,7 +102,7 @@ func consumerCloseCase(ctx context.Context, t *testing.T, e *env, i int, at int1
 	if at < 0 && !closeNow {
 		require.False(t, committed, "the consumer's Close doc: acknowledgements that had not reached the leaders fail at commit")
 	}
-	outs := e.committedValues(ctx, t, out)
+	outs := e.CommittedValues(ctx, t, out)
 	fresh := e.consumer(t, group, in)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second) // past a 2 s lock
 	defer cancel()

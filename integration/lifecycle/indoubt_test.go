@@ -15,6 +15,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/producer"
 )
 
@@ -40,15 +41,15 @@ func TestInDoubtCommitThenClose(t *testing.T) {
 
 func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fault broker.Fault) {
 	in, out, group, txid := fmt.Sprintf("in%d", i), fmt.Sprintf("out%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("tx%d", i)
-	e.topic(ctx, t, in, 1)
-	e.topic(ctx, t, out, 1)
-	e.input(ctx, t, in, "a", "b", "c")
+	e.Topic(ctx, t, in, 1)
+	e.Topic(ctx, t, out, 1)
+	e.Input(ctx, t, in, "a", "b", "c")
 	cons := e.consumer(t, group, in)
-	recs := pollN(ctx, t, cons, 3)
+	recs := appenv.PollN(ctx, t, cons, 3)
 	var commitErr error
 	var closeFn func(context.Context) error
 	var applied atomic.Int64
-	stop := e.c.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
+	stop := e.C.InjectFaults(func(_ int32, c string, req kmsg.Request) broker.FaultAction {
 		if c != txid || req.Key() != kmsg.EndTxn.Int16() {
 			return broker.FaultAction{}
 		}
@@ -59,14 +60,14 @@ func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fau
 	})
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	if ack {
-		a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID(txid),
+		a, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID(txid),
 			acknowledger.KgoOpts(kgo.ClientID(txid)))
 		require.NoError(t, err)
 		require.NoError(t, a.InitTransactions(ctx))
 		commitErr = a.CommitAcknowledgements(cctx, cons.Acks(recs, kshare.AckAccept), cons.GroupMetadata())
 		closeFn = a.Close
 	} else {
-		p, err := producer.New(producer.SeedBrokers(e.seeds...), producer.TransactionalID(txid),
+		p, err := producer.New(producer.SeedBrokers(e.Seeds...), producer.TransactionalID(txid),
 			producer.KgoOpts(kgo.ClientID(txid)))
 		require.NoError(t, err)
 		require.NoError(t, p.InitTransactions(ctx))
@@ -103,7 +104,7 @@ func inDoubtCase(ctx context.Context, t *testing.T, e *env, i int, ack bool, fau
 	}
 	outs := 3
 	if !ack {
-		outs = len(e.committedValues(ctx, t, out))
+		outs = len(e.CommittedValues(ctx, t, out))
 	}
 	if applied.Load() > 0 {
 		require.Zero(t, back, "inputs of a committed transaction came back")

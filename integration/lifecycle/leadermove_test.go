@@ -11,6 +11,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -26,17 +27,17 @@ func TestHeldRecordsAfterLeaderMove(t *testing.T) {
 		t.Run(map[bool]string{false: "no-renew", true: "renew"}[renew], func(t *testing.T) {
 			ctx := testCtx(t)
 			e := newEnv(t, broker.Nodes(3), broker.ShareLockDuration(2*time.Second))
-			e.topic(ctx, t, "in", 1)
-			e.topic(ctx, t, "out", 1)
-			e.input(ctx, t, "in", "a", "b", "c")
+			e.Topic(ctx, t, "in", 1)
+			e.Topic(ctx, t, "out", 1)
+			e.Input(ctx, t, "in", "a", "b", "c")
 			cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(renew))
 			prod := e.producer(ctx, t, "tx")
-			first := pollN(ctx, t, cons, 3)
-			leader, err := e.c.Leader("in", 0)
+			first := appenv.PollN(ctx, t, cons, 3)
+			leader, err := e.C.Leader("in", 0)
 			require.NoError(t, err)
-			for _, n := range e.c.NodeIDs() {
+			for _, n := range e.C.NodeIDs() {
 				if n != leader {
-					require.NoError(t, e.c.MoveLeader("in", 0, n))
+					require.NoError(t, e.C.MoveLeader("in", 0, n))
 					break
 				}
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -36,15 +37,15 @@ func TestInputLeaderMovesDuringCommit(t *testing.T) {
 		i++
 		t.Run(fmt.Sprintf("%s/drop=%v", wire.NameForKey(c.key), c.drop), func(t *testing.T) {
 			in, out, group, txid := fmt.Sprintf("in%d", i), fmt.Sprintf("out%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("tx%d", i)
-			e.topic(ctx, t, in, 1)
-			e.topic(ctx, t, out, 1)
-			e.input(ctx, t, in, "a", "b", "c")
+			e.Topic(ctx, t, in, 1)
+			e.Topic(ctx, t, out, 1)
+			e.Input(ctx, t, in, "a", "b", "c")
 			cons := e.consumer(t, group, in)
 			prod := e.producer(ctx, t, txid, producer.KgoOpts(kgo.ClientID(txid)))
-			recs := pollN(ctx, t, cons, 3)
+			recs := appenv.PollN(ctx, t, cons, 3)
 			var once sync.Once
 			var fired atomic.Bool
-			stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
+			stop := e.C.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 				if client != txid || req.Key() != c.key {
 					return broker.FaultAction{}
 				}
@@ -52,11 +53,11 @@ func TestInputLeaderMovesDuringCommit(t *testing.T) {
 				once.Do(func() {
 					fired.Store(true)
 					act.AfterHandling = func(kmsg.Response) {
-						leader, err := e.c.Leader(in, 0)
+						leader, err := e.C.Leader(in, 0)
 						require.NoError(t, err)
-						for _, n := range e.c.NodeIDs() {
+						for _, n := range e.C.NodeIDs() {
 							if n != leader {
-								require.NoError(t, e.c.MoveLeader(in, 0, n))
+								require.NoError(t, e.C.MoveLeader(in, 0, n))
 								break
 							}
 						}
@@ -82,7 +83,7 @@ func TestInputLeaderMovesDuringCommit(t *testing.T) {
 				require.NoError(t, prod.AbortTransaction(ctx))
 			}
 			require.NoError(t, cons.Close(ctx))
-			outs := e.committedValues(ctx, t, out)
+			outs := e.CommittedValues(ctx, t, out)
 			fresh := e.consumer(t, group, in)
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()

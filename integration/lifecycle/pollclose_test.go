@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -19,11 +20,11 @@ import (
 func TestPollsBlockedWhileConsumerCloses(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a")
+	e.Topic(ctx, t, "in", 1)
+	e.Input(ctx, t, "in", "a")
 	cons := e.consumer(t, "g", "in")
 	prod := e.producer(ctx, t, "tx")
-	recs := pollN(ctx, t, cons, 1)
+	recs := appenv.PollN(ctx, t, cons, 1)
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {

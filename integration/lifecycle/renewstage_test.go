@@ -13,6 +13,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/shareconsumer"
 	"github.com/kshare-go/kshare/wire"
 )
@@ -31,16 +32,16 @@ import (
 func TestStagedWhileHeldRenewalTravels(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(time.Second))
-	e.topic(ctx, t, "in", 1)
-	e.topic(ctx, t, "out", 1)
+	e.Topic(ctx, t, "in", 1)
+	e.Topic(ctx, t, "out", 1)
 	var batch []*kgo.Record
 	for _, v := range []string{"a", "b", "c", "d"} {
 		batch = append(batch, &kgo.Record{Topic: "in", Value: []byte(v)})
 	}
-	require.NoError(t, e.admin.ProduceSync(ctx, batch...).FirstErr()) // one batch: one acquisition
+	require.NoError(t, e.Admin.ProduceSync(ctx, batch...).FirstErr()) // one batch: one acquisition
 	cons := e.consumer(t, "g", "in", shareconsumer.RenewHeldLocks(true))
 	prod := e.producer(ctx, t, "tx")
-	recs := pollN(ctx, t, cons, 4)
+	recs := appenv.PollN(ctx, t, cons, 4)
 
 	txnAcked := make(chan struct{})
 	renewDone := make(chan struct{})
@@ -53,7 +54,7 @@ func TestStagedWhileHeldRenewalTravels(t *testing.T) {
 		case <-time.After(20 * time.Second):
 		}
 	}
-	stop := e.c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
+	stop := e.C.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
 		switch r := req.(type) {
 		case *kmsg.ShareAcknowledgeRequest:
 			if client != "lc-consumer" || !r.IsRenewAck {

@@ -13,6 +13,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 )
 
 // TestStageRacingAcknowledgerClose stages a checkpoint from one goroutine
@@ -30,11 +31,11 @@ func TestStageRacingAcknowledgerClose(t *testing.T) {
 	for i := range 12 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			topic, group, id := fmt.Sprintf("in%d", i), fmt.Sprintf("g%d", i), fmt.Sprintf("ack%d", i)
-			e.topic(ctx, t, topic, 1)
-			e.input(ctx, t, topic, "a")
+			e.Topic(ctx, t, topic, 1)
+			e.Input(ctx, t, topic, "a")
 			cons := e.consumer(t, group, topic)
-			recs := pollN(ctx, t, cons, 1)
-			a, err := acknowledger.New(acknowledger.SeedBrokers(e.seeds...), acknowledger.TransactionalID(id))
+			recs := appenv.PollN(ctx, t, cons, 1)
+			a, err := acknowledger.New(acknowledger.SeedBrokers(e.Seeds...), acknowledger.TransactionalID(id))
 			require.NoError(t, err)
 			require.NoError(t, a.InitTransactions(ctx))
 			acks := cons.Acks(recs, kshare.AckAccept)

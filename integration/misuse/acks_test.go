@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -40,7 +41,7 @@ func TestOneShareAcksInTwoTransactions(t *testing.T) {
 	meta := f.c.GroupMetadata()
 	requireClass(t, kshare.ErrUsage, f.a.CommitAcknowledgements(ctx, f.acks, meta), "CommitAcknowledgements of a staged checkpoint's acknowledgements")
 
-	p := f.e.producer(ctx, t, "other")
+	p := f.e.Producer(ctx, t, "other")
 	require.NoError(t, p.BeginTransaction())
 	requireClass(t, kshare.ErrUsage, p.SendShareAcksToTransaction(ctx, f.acks, meta), "a producer sending a staged checkpoint's acknowledgements")
 	requireClass(t, kshare.ErrAbortable, p.CommitTransaction(ctx), "the refused transaction is doomed")
@@ -49,9 +50,9 @@ func TestOneShareAcksInTwoTransactions(t *testing.T) {
 	require.Equal(t, int64(2), f.e.startOffset(ctx, t, "g", "in"))
 
 	// Two producers, one ShareAcks.
-	f.e.input(ctx, t, "in", "c", "d")
-	acks := f.c.Acks(poll(ctx, t, f.c, 2), kshare.AckAccept)
-	q := f.e.producer(ctx, t, "second")
+	f.e.Input(ctx, t, "in", "c", "d")
+	acks := f.c.Acks(appenv.PollN(ctx, t, f.c, 2), kshare.AckAccept)
+	q := f.e.Producer(ctx, t, "second")
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, q.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(ctx, acks, meta))
@@ -102,11 +103,11 @@ func TestAbortCheckpointDuringItsCommitSaysSo(t *testing.T) {
 func TestDuplicateAcknowledgementsCountOnce(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
+	e.Topic(ctx, t, "in", 1)
+	e.Input(ctx, t, "in", "a", "b")
 	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	recs := poll(ctx, t, c, 2)
-	p := e.producer(ctx, t, "ctp")
+	recs := appenv.PollN(ctx, t, c, 2)
+	p := e.Producer(ctx, t, "ctp")
 	acks := c.Acks(recs, kshare.AckAccept).Merge(c.Acks(recs[:1], kshare.AckReject)).
 		Merge(c.Acks([]*kgo.Record{recs[1], recs[1]}, kshare.AckAccept))
 	require.Equal(t, 2, acks.Len())

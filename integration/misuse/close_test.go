@@ -24,7 +24,7 @@ import (
 func TestCallsAfterCloseWithEndedContextAreClosed(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	p := e.producer(ctx, t, "closed")
+	p := e.Producer(ctx, t, "closed")
 	require.NoError(t, p.Close(ctx))
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
@@ -43,11 +43,11 @@ func TestCallsAfterCloseWithEndedContextAreClosed(t *testing.T) {
 func TestEveryCallAfterCloseIsClosed(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	p := e.producer(ctx, t, "closed")
+	p := e.Producer(ctx, t, "closed")
 	require.NoError(t, p.Close(ctx))
 	checkClass(t, kshare.ErrClosed, p.Flush(ctx), "Producer.Flush after Close")
 
-	a := e.acknowledger(ctx, t, "closed-ack")
+	a := e.Acknowledger(ctx, t, "closed-ack")
 	require.NoError(t, a.Close(ctx))
 	checkClass(t, kshare.ErrClosed, a.CommitAcknowledgements(ctx, nil, kshare.ShareGroupMetadata{}),
 		"Acknowledger.CommitAcknowledgements(nil) after Close")
@@ -67,7 +67,7 @@ func TestCloseDoesNotWaitForProduceBlockedOnMetadata(t *testing.T) {
 	e := newEnv(t)
 	asked := make(chan struct{})
 	var once sync.Once
-	stop := e.c.ObserveRequests(func(_ int32, req kmsg.Request) {
+	stop := e.C.ObserveRequests(func(_ int32, req kmsg.Request) {
 		if m, ok := req.(*kmsg.MetadataRequest); ok {
 			for _, rt := range m.Topics {
 				if rt.Topic != nil && *rt.Topic == "missing" {
@@ -79,7 +79,7 @@ func TestCloseDoesNotWaitForProduceBlockedOnMetadata(t *testing.T) {
 	defer stop()
 	// A short transaction timeout bounds the Produce below, so that the
 	// test does not leak it whatever Close does.
-	p := e.producer(ctx, t, "missing-topic", producer.TransactionTimeout(8*time.Second))
+	p := e.Producer(ctx, t, "missing-topic", producer.TransactionTimeout(8*time.Second))
 	require.NoError(t, p.BeginTransaction())
 	promised := make(chan error, 1)
 	go p.Produce(context.Background(), &kgo.Record{Topic: "missing", Value: []byte("x")},

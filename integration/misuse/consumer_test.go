@@ -15,6 +15,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/testkit"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
@@ -27,7 +28,7 @@ import (
 func TestPollHonoursItsContextWhileAnotherPollRuns(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	e.topic(ctx, t, "in", 1) // stays empty: every Poll waits
+	e.Topic(ctx, t, "in", 1) // stays empty: every Poll waits
 	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
 
 	cancelable, stopFirst := context.WithCancel(ctx)
@@ -123,11 +124,11 @@ func TestUnreachableSeedsSayWhy(t *testing.T) {
 func TestStagedRecordsComeBackAfterTheTransactionTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(time.Second))
-	e.topic(ctx, t, "in", 1)
-	e.input(ctx, t, "in", "a", "b")
+	e.Topic(ctx, t, "in", 1)
+	e.Input(ctx, t, "in", "a", "b")
 	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	recs := poll(ctx, t, c, 2)
-	p := e.producer(ctx, t, "slow", producer.TransactionTimeout(2*time.Second))
+	recs := appenv.PollN(ctx, t, c, 2)
+	p := e.Producer(ctx, t, "slow", producer.TransactionTimeout(2*time.Second))
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 

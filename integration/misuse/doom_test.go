@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/testkit/appenv"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
@@ -23,12 +24,12 @@ type txnFixture struct {
 func newTxnFixture(t *testing.T, inputs ...string) *txnFixture {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
-	e.topic(ctx, t, "out", 1)
-	e.input(ctx, t, "in", inputs...)
+	e.Topic(ctx, t, "in", 1)
+	e.Topic(ctx, t, "out", 1)
+	e.Input(ctx, t, "in", inputs...)
 	c := e.consumer(t, "g", "in", shareconsumer.Transactional)
-	recs := poll(ctx, t, c, len(inputs))
-	return &txnFixture{e: e, c: c, p: e.producer(ctx, t, "ctp"), recs: recs}
+	recs := appenv.PollN(ctx, t, c, len(inputs))
+	return &txnFixture{e: e, c: c, p: e.Producer(ctx, t, "ctp"), recs: recs}
 }
 
 // F12 (exactly-once): SendShareAcksToTransaction with a nil context
@@ -48,7 +49,7 @@ func TestSendShareAcksWithNilContextDoomsTheTransaction(t *testing.T) {
 	err := f.p.CommitTransaction(ctx)
 	if err == nil {
 		t.Errorf("the transaction committed its output %v without the acknowledgement of its input (start offset %d): the input is delivered again",
-			f.e.committedValues(ctx, t, "out"), f.e.startOffset(ctx, t, "g", "in"))
+			f.e.CommittedValues(ctx, t, "out"), f.e.startOffset(ctx, t, "g", "in"))
 		return
 	}
 	requireClass(t, kshare.ErrAbortable, err, "commit after a failed SendShareAcksToTransaction")
@@ -108,7 +109,7 @@ func TestRefusedRecordDoomsTheTransaction(t *testing.T) {
 			err := f.p.CommitTransaction(ctx)
 			if err == nil {
 				t.Fatalf("committed: input acknowledged (share start offset %d), outputs %q", f.e.startOffset(ctx, t, "g", "in"),
-					f.e.committedValues(ctx, t, "out"))
+					f.e.CommittedValues(ctx, t, "out"))
 			}
 			requireClass(t, kshare.ErrAbortable, err, "commit after a refused record")
 			require.NoError(t, f.p.AbortTransaction(ctx))

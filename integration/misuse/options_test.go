@@ -79,7 +79,7 @@ func TestSubMillisecondTransactionTimeoutIsUsage(t *testing.T) {
 func TestRefusedGroupConfigIsUsageOnEveryPoll(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t)
-	e.topic(ctx, t, "in", 1)
+	e.Topic(ctx, t, "in", 1)
 	c := e.consumer(t, "g", "in", shareconsumer.Transactional,
 		shareconsumer.SetGroupConfig(shareconsumer.GroupConfig{DeliveryCountLimit: 1}))
 	for i := range 2 {
