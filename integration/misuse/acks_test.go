@@ -79,12 +79,12 @@ func TestOneShareAcksInTwoTransactions(t *testing.T) {
 func TestAbortCheckpointDuringItsCommitSaysSo(t *testing.T) {
 	ctx := testCtx(t)
 	f := newCheckpointFixture(ctx, t)
-	held, release := f.e.holdCommits(t)
+	held, release := f.e.HoldCommits(t)
 	res := make(chan error, 1)
 	go func() { res <- f.a.CommitCheckpoint(ctx, 1) }()
 	<-held
 	aerr := f.a.AbortCheckpoint(1)
-	close(release)
+	release()
 	cerr := <-res
 	if aerr == nil && cerr == nil {
 		t.Fatalf("AbortCheckpoint(1) reported the checkpoint dropped, and its commit committed (start offset %d)",

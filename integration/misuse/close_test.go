@@ -112,7 +112,7 @@ func TestCloseDoesNotWaitForProduceBlockedOnMetadata(t *testing.T) {
 func TestAcknowledgerCommitLeftInDoubtByCloseIsNotClosed(t *testing.T) {
 	ctx := testCtx(t)
 	f := newCheckpointFixture(ctx, t)
-	held, release := f.e.holdCommits(t)
+	held, release := f.e.HoldCommits(t)
 	res := make(chan error, 1)
 	go func() { res <- f.a.CommitCheckpoint(ctx, 1) }()
 	<-held
@@ -120,7 +120,7 @@ func TestAcknowledgerCommitLeftInDoubtByCloseIsNotClosed(t *testing.T) {
 	cerr := f.a.Close(cctx)
 	cancel()
 	requireClass(t, kshare.ErrInDoubt, cerr, "Close with the commit's answer outstanding")
-	close(release)
+	release()
 	err := <-res
 
 	// The held EndTxn(COMMIT) was applied once released.

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -127,21 +126,4 @@ func newCheckpointFixture(ctx context.Context, t *testing.T) *checkpointFixture 
 	acks := c.Acks(recs, kshare.AckAccept)
 	require.NoError(t, a.Stage(1, acks, c.GroupMetadata()))
 	return &checkpointFixture{e: e, c: c, a: a, acks: acks}
-}
-
-// holdCommits makes the cluster hold every EndTxn(COMMIT) before handling
-// it: held is closed when the first arrives, and closing release lets them
-// all through. The hook is removed when the test ends.
-func (e *env) holdCommits(t *testing.T) (held <-chan struct{}, release chan<- struct{}) {
-	h, r := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	stop := e.C.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
-		if et, ok := req.(*kmsg.EndTxnRequest); ok && et.Commit {
-			once.Do(func() { close(h) })
-			<-r
-		}
-		return broker.FaultAction{}
-	})
-	t.Cleanup(stop)
-	return h, r
 }

@@ -7,6 +7,7 @@ package appenv
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,4 +163,41 @@ func PollN(ctx context.Context, t *testing.T, c *shareconsumer.Consumer, n int) 
 		out = append(out, recs...)
 	}
 	return out
+}
+
+// HoldCommits makes the cluster hold every EndTxn(COMMIT) before handling
+// it: held is closed when the first arrives, and release (which the test's
+// end calls too, so that no handler stays blocked) lets them all through.
+func (e *Env) HoldCommits(t *testing.T) (held <-chan struct{}, release func()) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var arrived, released sync.Once
+	release = func() { released.Do(func() { close(r) }) }
+	stop := e.C.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		if et, ok := req.(*kmsg.EndTxnRequest); ok && et.Commit {
+			arrived.Do(func() { close(h) })
+			<-r
+		}
+		return broker.FaultAction{}
+	})
+	t.Cleanup(func() {
+		release()
+		stop()
+	})
+	return h, release
+}
+
+// PollSome polls c until it returns records or within passes, and returns
+// how many it got (0 when none came).
+func PollSome(ctx context.Context, c *shareconsumer.Consumer, within time.Duration) int {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		recs, err := c.Poll(ctx)
+		if err != nil {
+			return 0
+		}
+		if len(recs) > 0 {
+			return len(recs)
+		}
+	}
 }
