@@ -394,6 +394,9 @@ func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 					out = append(out, r)
 				}
 			}
+			if c.cfg.renewHeld && c.cfg.mode == Transactional {
+				s.renewDueByLocked(a.deadline) // the application holds them now
+			}
 			if c.cfg.mode == Implicit {
 				c.lastPoll = append(c.lastPoll, a)
 			}

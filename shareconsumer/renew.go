@@ -42,16 +42,16 @@ func (r renewals) empty() bool { return len(r.staged) == 0 && len(r.held) == 0 }
 // the application holds them while it works on them and stages them later.
 // A record whose deadline already passed is given up: its lock is gone.
 //
-// Staged records are scanned only when one falls due (renewAt) or
-// something changed (renewStale); held records are scanned at every step,
-// since Poll hands them out without telling the session.
+// The records are scanned only when one falls due (renewAt: Stage, and
+// Poll for held records, tell the session when) or something changed
+// (renewStale).
 func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 	var due renewals
 	if s.c.cfg.mode != Transactional {
 		return due, time.Time{}
 	}
 	ahead := s.renewAheadLocked()
-	if !s.c.cfg.renewHeld && !s.renewStale && (s.renewAt.IsZero() || now.Before(s.renewAt)) {
+	if !s.renewStale && (s.renewAt.IsZero() || now.Before(s.renewAt)) {
 		return due, s.renewAt
 	}
 	s.renewScans++
@@ -124,7 +124,8 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 func (s *session) renewRescanLocked() { s.renewStale = true }
 
 // renewDueByLocked tells the session that a record whose lock ends at
-// deadline was staged: its renewal falls due half a lock duration before.
+// deadline was staged (or, with RenewHeldLocks, handed to the
+// application): its renewal falls due half a lock duration before.
 func (s *session) renewDueByLocked(deadline time.Time) {
 	at := deadline.Add(-s.renewAheadLocked())
 	if s.renewAt.IsZero() || at.Before(s.renewAt) {
