@@ -19,8 +19,8 @@ import (
 // Acknowledger commits share-group acknowledgements in Kafka transactions
 // of its own, without producing records: the TransactionalShareAcknowledger
 // of KIP-1289. Each commit is the standard two-phase protocol (begin,
-// AddShareAcksToTxn and TxnShareAcknowledge, EndTxn), run by a
-// producer.Producer that produces nothing.
+// TxnShareAcknowledge, with AddShareAcksToTxn first where a leader serves
+// only its v0, EndTxn), run by a producer.Producer that produces nothing.
 //
 // Its calls may be shared by goroutines: the transaction calls
 // (InitTransactions, CommitAcknowledgements, AbortAcknowledgements,

@@ -4,8 +4,9 @@ package main
 // needs, done bare by one client with nothing else running, one after
 // another, with requests built by hand: a Produce of the transaction's
 // records (TV2: the leader adds the partition to the transaction),
-// AddShareAcksToTxn, TxnShareAcknowledge of the records the member
-// acquired, and EndTxn(COMMIT), which returns after the markers are
+// TxnShareAcknowledge v1 of the records the member acquired (the leader
+// adds the share state partition to the transaction, so no
+// AddShareAcksToTxn), and EndTxn(COMMIT), which returns after the markers are
 // written. The records to acknowledge are acquired (ShareFetch) before the
 // clock starts, as a pipeline acquires them before it commits.
 
@@ -74,8 +75,7 @@ func measureFloor(ctx context.Context, e *env, spec floorSpec) (sample, error) {
 	// kgo sends only the keys its MaxVersions list: add the two KIP-1289
 	// ones to its default (stable) list.
 	versions := kversion.Stable()
-	versions.SetMaxKeyVersion(wire.TxnShareAcknowledgeKey, 0)
-	versions.SetMaxKeyVersion(wire.AddShareAcksToTxnKey, 0)
+	versions.SetMaxKeyVersion(wire.TxnShareAcknowledgeKey, 1)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.seeds()...), kgo.MaxVersions(versions))
 	if err != nil {
 		return sample{}, err
@@ -238,8 +238,7 @@ func (f *floorClient) acquire(ctx context.Context, n int) ([]wire.Acknowledgemen
 	return nil, fmt.Errorf("ShareFetch acquired nothing in 50 attempts")
 }
 
-// commit is the measured part: produce, AddShareAcksToTxn,
-// TxnShareAcknowledge, EndTxn.
+// commit is the measured part: produce, TxnShareAcknowledge v1, EndTxn.
 func (f *floorClient) commit(ctx context.Context, n int, ranges []wire.AcknowledgementBatch) error {
 	prod := kmsg.NewPtrProduceRequest()
 	prod.TransactionID = kmsg.StringPtr(f.txnID)
@@ -262,18 +261,6 @@ func (f *floorClient) commit(ctx context.Context, n int, ranges []wire.Acknowled
 		}
 	}
 
-	add := &wire.AddShareAcksToTxnRequest{
-		TransactionalID: f.txnID, ProducerID: f.pid, ProducerEpoch: f.epoch, GroupID: f.group,
-		Topics: []wire.AddShareAcksToTxnTopic{{Name: f.in, Partitions: []int32{0}}},
-	}
-	kresp, err = f.cl.Broker(int(f.txnCoord)).Request(ctx, add)
-	if err != nil {
-		return err
-	}
-	if err := kerr.ErrorForCode(kresp.(*wire.AddShareAcksToTxnResponse).ErrorCode); err != nil {
-		return fmt.Errorf("AddShareAcksToTxn: %w", err)
-	}
-
 	stage := &wire.TxnShareAcknowledgeRequest{
 		TransactionalID: f.txnID, GroupID: f.group, MemberID: f.member, MemberEpoch: f.memberEpoch,
 		ProducerID: f.pid, ProducerEpoch: f.epoch,
@@ -284,6 +271,9 @@ func (f *floorClient) commit(ctx context.Context, n int, ranges []wire.Acknowled
 		return err
 	}
 	sresp := kresp.(*wire.TxnShareAcknowledgeResponse)
+	if sresp.Version < 1 {
+		return fmt.Errorf("TxnShareAcknowledge: the broker answered v%d; the floor needs v1", sresp.Version)
+	}
 	if err := kerr.ErrorForCode(sresp.ErrorCode); err != nil {
 		return fmt.Errorf("TxnShareAcknowledge: %w", err)
 	}

@@ -2,7 +2,8 @@ package broker
 
 // TxnShareAcknowledge (key 95, KIP-1289).
 //
-// Versions: 0. Served only while the ShareTxnAPIs option is on.
+// Versions: 0-1 (same layout). Served only while the ShareTxnAPIs option
+// is on.
 //
 // Behaviour:
 //   - Sent to the leader of each data partition. TransactionalId, GroupId
@@ -15,12 +16,16 @@ package broker
 //     ACQUIRED by this member under an unexpired lock
 //     (INVALID_RECORD_STATE).
 //   - The partition's __share_group_state partition must be in the
-//     producer's ongoing transaction, which AddShareAcksToTxn puts it in:
-//     the leader asks the transaction coordinator to verify it, never to add
-//     it (txn_verify.go). A partition that was not added is
-//     INVALID_TXN_STATE; the coordinator's other answers pass through (e.g.
-//     PRODUCER_FENCED), and what a retry can cure comes back as
-//     NOT_ENOUGH_REPLICAS.
+//     producer's ongoing transaction. At v0 AddShareAcksToTxn puts it there
+//     and the leader asks the transaction coordinator to verify it, never to
+//     add it (txn_verify.go): a partition that was not added is
+//     INVALID_TXN_STATE. At v1 the leader asks the coordinator to add it,
+//     starting the transaction if none is ongoing, as a transaction version
+//     2 leader does for Produce v12 (KIP-890 part 2): the client's commit
+//     has one round trip fewer. Either way the coordinator's other answers
+//     pass through (e.g. PRODUCER_FENCED), and what a retry can cure (no
+//     coordinator, CONCURRENT_TRANSACTIONS while the previous transaction
+//     completes) comes back as NOT_ENOUGH_REPLICAS.
 //   - The share coordinator then appends a transactional record of the
 //     staged acknowledgements, with the producer's id and epoch, to that
 //     partition (INVALID_PRODUCER_EPOCH for an epoch older than the one it
@@ -48,7 +53,7 @@ import (
 )
 
 func init() {
-	registerAPI(apiSpec{key: wire.TxnShareAcknowledgeKey, min: 0, max: 0, handle: handleTxnShareAcknowledge, shareTxn: true})
+	registerAPI(apiSpec{key: wire.TxnShareAcknowledgeKey, min: 0, max: wire.TxnShareAcknowledgeMaxVersion, handle: handleTxnShareAcknowledge, shareTxn: true})
 }
 
 func handleTxnShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
@@ -113,11 +118,18 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 		return err, msg
 	}
 	statePartition := sc.statePartition(key)
-	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, txnVerifyOnly); err != nil {
+	join := txnVerifyOnly
+	if req.Version >= 1 {
+		join = txnAdd
+	}
+	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, join); err != nil {
 		if err == kerr.TransactionAbortable {
 			// A partition AddShareAcksToTxn did not add: the client
 			// reads INVALID_TXN_STATE (docs/protocol.md).
 			err = kerr.InvalidTxnState
+		}
+		if join == txnAdd {
+			return err, fmt.Sprintf("adding %s-%d to the producer's transaction: %s", statePartition.topic.name, statePartition.index, err.Message)
 		}
 		return err, fmt.Sprintf("%s-%d is not verified in the producer's transaction (AddShareAcksToTxn adds it): %s", statePartition.topic.name, statePartition.index, err.Message)
 	}

@@ -206,6 +206,16 @@ func (cfg *config) validate() error {
 			return fmt.Errorf("broker: OldNodes(%d): the cluster has nodes 0..%d", id, cfg.nodes-1)
 		}
 	}
+	for key, caps := range cfg.versionCaps {
+		if _, ok := apis[key]; !ok {
+			return fmt.Errorf("broker: APIVersionCap(%d): the broker does not serve API key %d", key, key)
+		}
+		for id := range caps {
+			if id != allNodes && (id < 0 || int(id) >= cfg.nodes) {
+				return fmt.Errorf("broker: APIVersionCap(%d, nodes %d): the cluster has nodes 0..%d", key, id, cfg.nodes-1)
+			}
+		}
+	}
 	return cfg.normalizeGroupDefaults()
 }
 

@@ -35,7 +35,8 @@ func registerAPI(spec apiSpec) {
 }
 
 // api returns the spec of key if node n serves it, with the versions n
-// serves: an old node (OldNodes) serves WriteTxnMarkers up to v1 only.
+// serves: an old node (OldNodes) serves WriteTxnMarkers up to v1 only, and
+// APIVersionCap lowers what a node serves, down to nothing.
 func (c *Cluster) api(n *node, key int16) (apiSpec, bool) {
 	spec, ok := apis[key]
 	if !ok || (spec.shareTxn && !c.cfg.shareTxnAPIsEnabled) {
@@ -43,6 +44,19 @@ func (c *Cluster) api(n *node, key int16) (apiSpec, bool) {
 	}
 	if n != nil && c.isOld(n.id) && key == writeTxnMarkersKey {
 		spec.max = min(spec.max, oldNodeMarkerVersion)
+	}
+	if caps := c.cfg.versionCaps[key]; caps != nil {
+		if capped, ok := caps[allNodes]; ok {
+			spec.max = min(spec.max, capped)
+		}
+		if n != nil {
+			if capped, ok := caps[n.id]; ok {
+				spec.max = min(spec.max, capped)
+			}
+		}
+		if spec.max < spec.min {
+			return apiSpec{}, false
+		}
 	}
 	return spec, true
 }

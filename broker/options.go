@@ -45,7 +45,10 @@ type config struct {
 	legacyMarkerValidation bool
 	// oldNodes are nodes that serve WriteTxnMarkers up to v1 only
 	// (mixed_versions.go).
-	oldNodes               map[int32]bool
+	oldNodes map[int32]bool
+	// versionCaps are APIVersionCap's: key -> node -> the newest version
+	// that node serves (node allNodes: every node).
+	versionCaps            map[int16]map[int32]int16
 	legacyStaleCoordinator time.Duration
 	lateMarkerCopies       time.Duration
 	// maxFetchWait caps the long poll of Fetch and ShareFetch; a client's
@@ -222,6 +225,35 @@ func OldNodes(ids ...int32) Opt {
 		}
 	})
 }
+
+// APIVersionCap makes the given nodes (every node when none is named) serve
+// API key only up to version max, as a broker of an older release would:
+// they advertise it so in ApiVersions and refuse newer versions with
+// UNSUPPORTED_VERSION. A max below the key's oldest version makes them not
+// serve the key at all. It is for testing clients against older and
+// mixed-version clusters (for example TxnShareAcknowledge v0, whose client
+// sends AddShareAcksToTxn first). Options for the same key add up; a node
+// named twice keeps the last cap. Keys must be ones the broker serves and
+// ids nodes of the cluster.
+func APIVersionCap(key, max int16, nodes ...int32) Opt {
+	return optFunc(func(c *config) {
+		if c.versionCaps == nil {
+			c.versionCaps = make(map[int16]map[int32]int16)
+		}
+		if c.versionCaps[key] == nil {
+			c.versionCaps[key] = make(map[int32]int16)
+		}
+		if len(nodes) == 0 {
+			c.versionCaps[key][allNodes] = max
+		}
+		for _, id := range nodes {
+			c.versionCaps[key][id] = max
+		}
+	})
+}
+
+// allNodes is APIVersionCap's "every node".
+const allNodes int32 = -1
 
 // LegacyStaleCoordinator is a debug switch reproducing KAFKA-21181: when a
 // coordinator partition's leadership moves, the old coordinator keeps

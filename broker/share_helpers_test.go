@@ -323,7 +323,14 @@ type shareRange struct {
 // returns the top-level and the partition's errors.
 func (m *rawShareMember) stageTxn(txnID string, pid int64, epoch int16, topic string, partition int32, ranges ...shareRange) (top, part error) {
 	m.t.Helper()
+	return m.stageTxnAt(0, txnID, pid, epoch, topic, partition, ranges...)
+}
+
+// stageTxnAt is stageTxn at TxnShareAcknowledge version v.
+func (m *rawShareMember) stageTxnAt(v int16, txnID string, pid int64, epoch int16, topic string, partition int32, ranges ...shareRange) (top, part error) {
+	m.t.Helper()
 	req := &wire.TxnShareAcknowledgeRequest{
+		Version:         v,
 		TransactionalID: txnID, GroupID: m.group, MemberID: m.id, MemberEpoch: m.epoch,
 		ProducerID: pid, ProducerEpoch: epoch,
 	}

@@ -151,8 +151,21 @@ const (
 // trip) still gets faults, but only two of the six, rotating so that every
 // fault lands at every kind of call somewhere; the full run gives each one
 // all six.
+//
+// It runs twice: with brokers that serve TxnShareAcknowledge v1 (the
+// leader adds the share state partition to the transaction, so no
+// AddShareAcksToTxn is sent) and with brokers that serve only v0, whose
+// commits send AddShareAcksToTxn first.
 func TestLifecycleFaultModel(t *testing.T) {
-	c := newCluster(t, broker.Nodes(3))
+	t.Run("txn-share-ack-v1", func(t *testing.T) {
+		runFaultModel(t, newCluster(t, broker.Nodes(3)))
+	})
+	t.Run("txn-share-ack-v0", func(t *testing.T) {
+		runFaultModel(t, newCluster(t, broker.Nodes(3), broker.APIVersionCap(wire.TxnShareAcknowledgeKey, 0)))
+	})
+}
+
+func runFaultModel(t *testing.T, c *broker.Cluster) {
 	env := &fmEnv{c: c}
 	env.install(t)
 

@@ -47,8 +47,8 @@ func (r *reader) complete(what string, version int16) error {
 	return nil
 }
 
-func checkVersion(what string, version int16) error {
-	if version != 0 {
+func checkVersion(what string, version, max int16) error {
+	if version < 0 || version > max {
 		return fmt.Errorf("%w: %s has no version %d", ErrMalformed, what, version)
 	}
 	return nil

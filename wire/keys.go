@@ -16,6 +16,12 @@ const (
 	AddShareAcksToTxnKey int16 = 96
 )
 
+// TxnShareAcknowledgeMaxVersion is the newest TxnShareAcknowledge version:
+// 1, at which the partition leader adds the share state partition to the
+// transaction itself (the client sends no AddShareAcksToTxn). Version 0
+// needs AddShareAcksToTxn first.
+const TxnShareAcknowledgeMaxVersion int16 = 1
+
 // ShareVersionFeature is the finalized feature that gates the KIP-1289 APIs,
 // and MinShareVersionForTxnAcks the level it must reach: a broker that
 // advertises both keys but finalizes share.version below 3 has not turned
@@ -66,7 +72,7 @@ func NameForKey(key int16) string {
 // and 96 does the same.
 func KgoMaxVersions() *kversion.Versions {
 	v := kversion.Stable()
-	v.SetMaxKeyVersion(TxnShareAcknowledgeKey, 0)
+	v.SetMaxKeyVersion(TxnShareAcknowledgeKey, TxnShareAcknowledgeMaxVersion)
 	v.SetMaxKeyVersion(AddShareAcksToTxnKey, 0)
 	return v
 }

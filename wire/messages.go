@@ -51,10 +51,15 @@ type TxnShareAcknowledgeTopic struct {
 	Partitions []TxnShareAcknowledgePartition
 }
 
-// TxnShareAcknowledgeRequest (key 95, v0, flexible) stages acknowledgements in
-// a transaction at the share-partition leader of each partition it names.
-// Staged records go TX_PENDING until a marker on the share state partition
-// commits or aborts them.
+// TxnShareAcknowledgeRequest (key 95, v0-1, flexible) stages acknowledgements
+// in a transaction at the share-partition leader of each partition it
+// names. Staged records go TX_PENDING until a marker on the share state
+// partition commits or aborts them. Both versions have the same layout; they
+// differ in who puts the share state partition in the transaction: at v0
+// the client does, with AddShareAcksToTxn first, and the leader only
+// verifies it; at v1 the leader adds it itself, as a transaction version 2
+// leader does for Produce v12 (KIP-890), so the client sends no
+// AddShareAcksToTxn.
 type TxnShareAcknowledgeRequest struct {
 	Version         int16
 	TransactionalID string
@@ -137,7 +142,7 @@ func (v *AddShareAcksToTxnRequest) AppendTo(dst []byte) []byte {
 
 // ReadFrom decodes a request body; errors wrap ErrMalformed.
 func (v *AddShareAcksToTxnRequest) ReadFrom(src []byte) error {
-	if err := checkVersion("AddShareAcksToTxnRequest", v.Version); err != nil {
+	if err := checkVersion("AddShareAcksToTxnRequest", v.Version, 0); err != nil {
 		return err
 	}
 	r := newReader(src)
@@ -192,7 +197,7 @@ func (v *AddShareAcksToTxnResponse) AppendTo(dst []byte) []byte {
 
 // ReadFrom decodes a response body; errors wrap ErrMalformed.
 func (v *AddShareAcksToTxnResponse) ReadFrom(src []byte) error {
-	if err := checkVersion("AddShareAcksToTxnResponse", v.Version); err != nil {
+	if err := checkVersion("AddShareAcksToTxnResponse", v.Version, 0); err != nil {
 		return err
 	}
 	r := newReader(src)
@@ -205,8 +210,8 @@ func (v *AddShareAcksToTxnResponse) ReadFrom(src []byte) error {
 // Key returns 95.
 func (*TxnShareAcknowledgeRequest) Key() int16 { return TxnShareAcknowledgeKey }
 
-// MaxVersion returns 0.
-func (*TxnShareAcknowledgeRequest) MaxVersion() int16 { return 0 }
+// MaxVersion returns 1.
+func (*TxnShareAcknowledgeRequest) MaxVersion() int16 { return TxnShareAcknowledgeMaxVersion }
 
 // SetVersion sets the version to encode.
 func (v *TxnShareAcknowledgeRequest) SetVersion(version int16) { v.Version = version }
@@ -252,7 +257,7 @@ func (v *TxnShareAcknowledgeRequest) AppendTo(dst []byte) []byte {
 
 // ReadFrom decodes a request body; errors wrap ErrMalformed.
 func (v *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
-	if err := checkVersion("TxnShareAcknowledgeRequest", v.Version); err != nil {
+	if err := checkVersion("TxnShareAcknowledgeRequest", v.Version, TxnShareAcknowledgeMaxVersion); err != nil {
 		return err
 	}
 	r := newReader(src)
@@ -289,8 +294,8 @@ func (v *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 // Key returns 95.
 func (*TxnShareAcknowledgeResponse) Key() int16 { return TxnShareAcknowledgeKey }
 
-// MaxVersion returns 0.
-func (*TxnShareAcknowledgeResponse) MaxVersion() int16 { return 0 }
+// MaxVersion returns 1.
+func (*TxnShareAcknowledgeResponse) MaxVersion() int16 { return TxnShareAcknowledgeMaxVersion }
 
 // SetVersion sets the version to encode.
 func (v *TxnShareAcknowledgeResponse) SetVersion(version int16) { v.Version = version }
@@ -331,7 +336,7 @@ func (v *TxnShareAcknowledgeResponse) AppendTo(dst []byte) []byte {
 
 // ReadFrom decodes a response body; errors wrap ErrMalformed.
 func (v *TxnShareAcknowledgeResponse) ReadFrom(src []byte) error {
-	if err := checkVersion("TxnShareAcknowledgeResponse", v.Version); err != nil {
+	if err := checkVersion("TxnShareAcknowledgeResponse", v.Version, TxnShareAcknowledgeMaxVersion); err != nil {
 		return err
 	}
 	r := newReader(src)

@@ -43,8 +43,11 @@
 //     coordinator is final.
 //   - Share acknowledgements (KIP-1289) staged per transaction and sent at
 //     commit, while the records are flushed and before EndTxn:
-//     AddShareAcksToTxn once per group to the transaction coordinator,
-//     then TxnShareAcknowledge once per partition leader. Without the KIP-1289 APIs and share.version >= 3 on every
+//     TxnShareAcknowledge once per partition leader, at v1 (the leader
+//     adds the share state partition to the transaction, KIP-890 style)
+//     in a transaction version 2 transaction with leaders that serve it,
+//     at v0 after AddShareAcksToTxn once per group to the transaction
+//     coordinator otherwise. Without the KIP-1289 APIs and share.version >= 3 on every
 //     broker involved, StageShareAcks returns kshare.ErrUnsupported and
 //     sends nothing. The tracker of the acknowledgements (the share
 //     consumer) hears Stage before they join and Resolve exactly once when

@@ -21,9 +21,9 @@ func (m *Manager) needsEndTxnLocked() bool {
 
 // Commit commits the current transaction: flush (the produce path's
 // "deliver everything and report any failure") and the sending of the
-// staged share acknowledgements (AddShareAcksToTxn to the transaction
-// coordinator, then TxnShareAcknowledge to each partition leader) run at
-// the same time, then, once both succeeded, EndTxn with the stale-answer
+// staged share acknowledgements (TxnShareAcknowledge to each partition
+// leader, after AddShareAcksToTxn to the transaction coordinator where a
+// leader needs it) run at the same time, then, once both succeeded, EndTxn with the stale-answer
 // defense. The two are independent until EndTxn decides the transaction
 // (acknowledgements staged before their transaction's records are written
 // only take effect if it commits), so the commit costs one round trip less

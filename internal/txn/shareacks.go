@@ -34,8 +34,10 @@ type memberKey struct {
 
 // StageShareAcks adds share acknowledgements to the current transaction.
 // Nothing is sent now: at commit, before EndTxn, the Manager sends
-// AddShareAcksToTxn once per group to the transaction coordinator and
-// TxnShareAcknowledge once per partition leader.
+// TxnShareAcknowledge once per partition leader, preceded by
+// AddShareAcksToTxn to the transaction coordinator (once per group) unless
+// every leader adds the share state partitions itself (TxnShareAcknowledge
+// v1 in a transaction version 2 transaction).
 //
 // It first checks that the transaction coordinator and every leader of an
 // acknowledged partition advertise the KIP-1289 APIs and finalized
@@ -226,22 +228,27 @@ func dedupNodes(nodes []int32) []int32 {
 }
 
 // sendStagedShareAcks sends the staged acknowledgements at commit:
-// AddShareAcksToTxn once per group, then TxnShareAcknowledge once per
-// member and partition leader. The error is unclassified.
+// TxnShareAcknowledge once per member and partition leader. A leader that
+// serves TxnShareAcknowledge v1, in a transaction version 2 transaction,
+// adds the group's share state partitions to the transaction itself; for
+// any other leader AddShareAcksToTxn goes to the transaction coordinator
+// first, once per group (shareStateAdder). The error is unclassified.
 func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	m.mu.Lock()
 	staged := append([]stagedAcks(nil), m.txn.staged...)
+	tv2 := m.tv2
 	m.unlock()
 	pid, epoch := m.ProducerID()
 
-	groups := make(map[string]map[string]map[int32]bool)
+	adder := &shareStateAdder{m: m, pid: pid, epoch: epoch, tv2: tv2,
+		parts: make(map[string]map[string]map[int32]bool), added: make(map[string]bool)}
 	merged := make(map[memberKey]*acktrack.Set)
 	var members []memberKey
 	for _, s := range staged {
-		g := groups[s.meta.GroupID]
+		g := adder.parts[s.meta.GroupID]
 		if g == nil {
 			g = make(map[string]map[int32]bool)
-			groups[s.meta.GroupID] = g
+			adder.parts[s.meta.GroupID] = g
 		}
 		for _, tp := range s.acks.Partitions() {
 			if g[tp.Topic] == nil {
@@ -259,21 +266,55 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 		}
 		merged[k] = merged[k].Merge(s.acks)
 	}
-	groupIDs := make([]string, 0, len(groups))
-	for g := range groups {
-		groupIDs = append(groupIDs, g)
-	}
-	sort.Strings(groupIDs)
-	for _, g := range groupIDs {
-		if err := m.addShareAcksToTxn(ctx, g, groups[g], pid, epoch); err != nil {
-			return err
-		}
-	}
 	for _, k := range members {
-		if err := m.stageAtLeaders(ctx, k, merged[k], pid, epoch); err != nil {
+		if err := m.stageAtLeaders(ctx, k, merged[k], pid, epoch, adder); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// shareStateAdder puts a group's share state partitions in the transaction
+// with AddShareAcksToTxn, at most once per commit, for the leaders that
+// cannot do it themselves (TxnShareAcknowledge v0).
+type shareStateAdder struct {
+	m     *Manager
+	pid   int64
+	epoch int16
+	tv2   bool
+	// parts: group -> topic -> partitions of the staged acknowledgements.
+	parts map[string]map[string]map[int32]bool
+	added map[string]bool // groups whose AddShareAcksToTxn succeeded
+	// v0Only is set when kgo sent a leader an older TxnShareAcknowledge
+	// than its ApiVersions answer promised (the broker was downgraded
+	// since): the rest of the commit uses v0, after AddShareAcksToTxn.
+	v0Only bool
+}
+
+// version returns the TxnShareAcknowledge version for leader: 1 when the
+// transaction runs version 2, the leader serves v1 and the client may send
+// it; 0 otherwise, or when the leader could not be asked (v0 works
+// everywhere, at the price of AddShareAcksToTxn).
+func (a *shareStateAdder) version(ctx context.Context, leader int32) int16 {
+	if a.v0Only || !a.tv2 || !clientAllows(a.m.cl, wire.TxnShareAcknowledgeKey, 1) {
+		return 0
+	}
+	caps, err := a.m.caps.Of(ctx, leader)
+	if err != nil || caps.MaxVersion(wire.TxnShareAcknowledgeKey) < 1 {
+		return 0
+	}
+	return 1
+}
+
+// ensureAdded sends AddShareAcksToTxn for group unless it was sent.
+func (a *shareStateAdder) ensureAdded(ctx context.Context, group string) error {
+	if a.added[group] {
+		return nil
+	}
+	if err := a.m.addShareAcksToTxn(ctx, group, a.parts[group], a.pid, a.epoch); err != nil {
+		return err
+	}
+	a.added[group] = true
 	return nil
 }
 
@@ -327,8 +368,8 @@ var leaderRetryCodes = map[int16]bool{
 // acknowledgements, one request per partition leader in parallel, and
 // retries partitions whose leader moved until every partition is staged or
 // one fails for good (INVALID_RECORD_STATE, a member error, a confirmed
-// fencing answer).
-func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrack.Set, pid int64, epoch int16) error {
+// fencing answer). Before a leader gets v0, adder sends AddShareAcksToTxn.
+func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrack.Set, pid int64, epoch int16, adder *shareStateAdder) error {
 	pending := make(map[acktrack.TopicPartition]bool)
 	for _, tp := range acks.Partitions() {
 		pending[tp] = true
@@ -370,7 +411,16 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 			}
 			addToRequest(req, id, tp.Partition, coalesce(acks.Records(tp)))
 		}
-		results := m.sendToLeaders(ctx, byLeader)
+		versions := make(map[int32]int16, len(byLeader))
+		for leader := range byLeader {
+			versions[leader] = adder.version(ctx, leader)
+			if versions[leader] == 0 {
+				if err := adder.ensureAdded(ctx, k.group); err != nil {
+					return struct{}{}, permanent(err)
+				}
+			}
+		}
+		results := m.sendToLeaders(ctx, byLeader, versions)
 		fresh = false
 		var retryErr error
 		// One defense decision per attempt, however many partitions got
@@ -391,6 +441,15 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 				fresh, retryErr = true, res.err
 				continue
 			}
+			if res.resp.Version < versions[res.node] && !adder.added[k.group] {
+				// kgo negotiated an older version than the leader's
+				// ApiVersions answer promised: v0 does not add the
+				// share state partition, so nothing of it is staged
+				// (the leader found the partition outside the
+				// transaction). Send AddShareAcksToTxn and v0.
+				adder.v0Only, retryErr = true, fmt.Errorf("TxnShareAcknowledge at node %d was sent as v%d, not v%d", res.node, res.resp.Version, versions[res.node])
+				continue
+			}
 			for _, t := range res.req.Topics {
 				name := nameOf(meta, acks, t.TopicID)
 				for _, p := range t.Partitions {
@@ -409,6 +468,11 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 					switch {
 					case leaderRetryCodes[code]:
 						fresh, retryErr = true, perr
+					case code == kerr.NotEnoughReplicas.Code:
+						// The leader could not reach the transaction
+						// coordinator, or the previous transaction is
+						// still completing: retry where it is.
+						retryErr = perr
 					case staleSuspect(code) && confirm(code):
 						retryErr = perr
 					default:
@@ -487,9 +551,9 @@ func (r *leaderResult) codeOf(id [16]byte, partition int32) (code int16, msg *st
 	return 0, nil, true
 }
 
-// sendToLeaders sends one request per leader concurrently and waits for
-// all answers.
-func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnShareAcknowledgeRequest) []leaderResult {
+// sendToLeaders sends one request per leader concurrently, each at the
+// version versions gives for its node or older, and waits for all answers.
+func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnShareAcknowledgeRequest, versions map[int32]int16) []leaderResult {
 	results := make([]leaderResult, 0, len(reqs))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -499,7 +563,7 @@ func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnSha
 		go func() {
 			defer wg.Done()
 			res := leaderResult{node: node, req: req}
-			kresp, err := m.cl.Broker(int(node)).Request(ctx, req)
+			kresp, err := m.cl.Broker(int(node)).Request(ctx, versionCapped{req, versions[node]})
 			if err != nil {
 				res.err = fmt.Errorf("TxnShareAcknowledge at node %d: %w", node, err)
 			} else {
@@ -513,6 +577,18 @@ func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnSha
 	wg.Wait()
 	return results
 }
+
+// versionCapped caps the version kgo negotiates for one request (kgo sends
+// the newest version both it and the broker serve): the commit decides
+// which TxnShareAcknowledge version each leader gets, because v0 needs
+// AddShareAcksToTxn first.
+type versionCapped struct {
+	kmsg.Request
+	max int16
+}
+
+// MaxVersion returns the cap.
+func (r versionCapped) MaxVersion() int16 { return r.max }
 
 // coalesce turns one partition's acknowledgements into wire batches:
 // offsets sorted, the last acknowledgement given for an offset winning,
