@@ -225,7 +225,17 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 // INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED, as Kafka's leaders answer
 // it; produce v11 brought TRANSACTION_ABORTABLE (KIP-1050), so older
 // versions read INVALID_TXN_STATE instead, as Kafka tells them.
+//
+// As Kafka's leaders do, it asks only for the first batch of a transaction
+// at the partition: once the partition holds an open transaction of this
+// producer id and epoch, the coordinator has the partition in it, and its
+// marker closes it at the partition before the producer can start another
+// (transaction version 2 bumps the epoch at every EndTxn; a version 1
+// producer waits for the markers before it adds partitions again).
 func (c *Cluster) verifyTransactionalProduce(txnID string, pid int64, epoch int16, p *partition, version int16) *kerr.Error {
+	if ps := p.producers[pid]; ps != nil && ps.txnFirst >= 0 && ps.epoch == epoch {
+		return nil
+	}
 	join := txnVerifyOnly
 	if version >= 12 {
 		join = txnAdd
