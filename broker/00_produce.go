@@ -18,13 +18,15 @@ package broker
 //   - A request with transactional records but no transactional id is
 //     refused for every partition with
 //     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers.
-//   - A transactional batch is checked with the transaction coordinator
-//     first (txn_verify.go): from v12 the leader adds the partition to the
-//     transaction, below v12 it only verifies that the client added it
-//     (KIP-890 part 1: a partition it did not add is TRANSACTION_ABORTABLE
-//     from v11, INVALID_TXN_STATE below); a fenced epoch is
-//     INVALID_PRODUCER_EPOCH, as Kafka answers; a coordinator that cannot
-//     answer yet is NOT_ENOUGH_REPLICAS.
+//   - The first batch of a transaction at a partition is checked with the
+//     transaction coordinator (txn_verify.go): from v12 the leader adds the
+//     partition to the transaction, below v12 it only verifies that the
+//     client added it (KIP-890 part 1: a partition it did not add is
+//     TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE below); a fenced
+//     epoch is INVALID_PRODUCER_EPOCH, as Kafka answers; a coordinator that
+//     cannot answer yet is NOT_ENOUGH_REPLICAS. Later batches of that open
+//     transaction (same producer id, epoch and transactional id) are not
+//     asked about again, as on Kafka.
 //   - Clients may not write to internal topics (INVALID_TOPIC_EXCEPTION).
 //   - A batch larger than the topic's max.message.bytes (default 1048588,
 //     Kafka's message.max.bytes) is MESSAGE_TOO_LARGE for its partition,
@@ -210,6 +212,12 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 		if kerrCode != nil {
 			return kerrCode
 		}
+		if b.txn {
+			// The coordinator vouched for (txnID, pid) when this
+			// transaction's first batch came: later batches of it here
+			// skip the question only under the same id.
+			p.producers[b.pid].txnID = txnID
+		}
 		if i == 0 {
 			sp.BaseOffset = base
 		}
@@ -228,12 +236,14 @@ func (c *Cluster) produceOne(r *request, t *topic, unknown *kerr.Error, txnID st
 //
 // As Kafka's leaders do, it asks only for the first batch of a transaction
 // at the partition: once the partition holds an open transaction of this
-// producer id and epoch, the coordinator has the partition in it, and its
-// marker closes it at the partition before the producer can start another
-// (transaction version 2 bumps the epoch at every EndTxn; a version 1
-// producer waits for the markers before it adds partitions again).
+// producer id and epoch, begun by a batch the coordinator of the same
+// transactional id vouched for, the coordinator has the partition in it,
+// and its marker closes it at the partition before the producer can start
+// another (transaction version 2 bumps the epoch at every EndTxn; a version
+// 1 producer waits for the markers before it adds partitions again). A
+// batch naming another transactional id is asked about, and refused.
 func (c *Cluster) verifyTransactionalProduce(txnID string, pid int64, epoch int16, p *partition, version int16) *kerr.Error {
-	if ps := p.producers[pid]; ps != nil && ps.txnFirst >= 0 && ps.epoch == epoch {
+	if ps := p.producers[pid]; ps != nil && ps.txnFirst >= 0 && ps.epoch == epoch && ps.txnID == txnID {
 		return nil
 	}
 	join := txnVerifyOnly

@@ -21,6 +21,10 @@ package broker
 //     and the "already added" shortcut among the stale answers).
 //   - Adding starts the transaction and its timeout clock if none is
 //     ongoing; partitions already in an ongoing transaction answer at once.
+//   - A broker-form add (VerifyOnly=false) after a transaction that ended
+//     with EndTxn below v5 at the same epoch is TRANSACTION_ABORTABLE: the
+//     leader's add may start a transaction only because transaction
+//     version 2 bumps the epoch at every EndTxn.
 //   - A wrong producer id is INVALID_PRODUCER_ID_MAPPING, a wrong epoch
 //     PRODUCER_FENCED, a prepared transaction CONCURRENT_TRANSACTIONS.
 //   - An unknown topic or partition fails the whole transaction:

@@ -33,9 +33,12 @@ package broker
 //     marker on that partition resolves them.
 //   - A retry from the same producer id and epoch of a staging already
 //     applied (its answer was lost) is answered again as success without a
-//     write, as long as the leader that staged the records still leads (a
-//     new leader does not know the staging epoch and answers
-//     INVALID_RECORD_STATE, which aborts the transaction).
+//     write, also by a leader that took the partition over since (the
+//     staging's epoch is in __share_group_state).
+//   - v1 is for transaction version 2 producers: after a transaction that
+//     ended with EndTxn below v5 (no epoch bump), the coordinator refuses
+//     the leader's add at that epoch (INVALID_TXN_STATE here), since a late
+//     request of the ended transaction would open a new one.
 //   - NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID and
 //     UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge.
 //

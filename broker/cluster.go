@@ -210,6 +210,12 @@ func (cfg *config) validate() error {
 		if _, ok := apis[key]; !ok {
 			return fmt.Errorf("broker: APIVersionCap(%d): the broker does not serve API key %d", key, key)
 		}
+		if key == kmsg.AddPartitionsToTxn.Int16() || key == writeTxnMarkersKey {
+			// The nodes send these to each other (transaction
+			// verification, markers): a cap would leave every
+			// transaction waiting for ever.
+			return fmt.Errorf("broker: APIVersionCap(%d): the nodes send API key %d to each other; OldNodes models nodes with older WriteTxnMarkers", key, key)
+		}
 		for id := range caps {
 			if id != allNodes && (id < 0 || int(id) >= cfg.nodes) {
 				return fmt.Errorf("broker: APIVersionCap(%d, nodes %d): the cluster has nodes 0..%d", key, id, cfg.nodes-1)

@@ -233,8 +233,10 @@ func OldNodes(ids ...int32) Opt {
 // serve the key at all. It is for testing clients against older and
 // mixed-version clusters (for example TxnShareAcknowledge v0, whose client
 // sends AddShareAcksToTxn first). Options for the same key add up; a node
-// named twice keeps the last cap. Keys must be ones the broker serves and
-// ids nodes of the cluster.
+// named twice keeps the last cap. Keys must be ones the broker serves, other
+// than AddPartitionsToTxn and WriteTxnMarkers, which the nodes send each
+// other (OldNodes models older WriteTxnMarkers), and ids nodes of the
+// cluster; NewCluster refuses anything else.
 func APIVersionCap(key, max int16, nodes ...int32) Opt {
 	return optFunc(func(c *config) {
 		if c.versionCaps == nil {

@@ -75,7 +75,8 @@ type producerState struct {
 	pid              int64
 	epoch            int16
 	recent           []seqEntry
-	txnFirst         int64 // first offset of the open transaction; -1 for none
+	txnFirst         int64  // first offset of the open transaction; -1 for none
+	txnID            string // the transactional id the open transaction's batches were verified under
 	coordinatorEpoch int32
 	lastWrite        time.Time
 	lru              *list.Element // in partition.producerLRU unless a transaction is open

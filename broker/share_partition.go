@@ -241,7 +241,7 @@ func (sp *sharePartition) takeUpdate() *shareStateValue {
 // the pending staged acknowledgements: what was ACQUIRED when leadership
 // moved comes back AVAILABLE (with the delivery counted), TX_PENDING stays
 // pending.
-func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pending map[int64][]shareStagedBatch, limit int32) *sharePartition {
+func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pending map[int64][]sharePending, limit int32) *sharePartition {
 	sp := &sharePartition{
 		key:            key,
 		p:              p,
@@ -253,9 +253,11 @@ func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pendi
 		persistedStart: ps.start,
 	}
 	last := ps.last()
-	for _, batches := range pending {
-		for _, b := range batches {
-			last = max(last, b.Last)
+	for _, stagings := range pending {
+		for _, staging := range stagings {
+			for _, b := range staging.batches {
+				last = max(last, b.Last)
+			}
 		}
 	}
 	sp.recs = make([]shareRecord, last-sp.start+1)
@@ -273,14 +275,16 @@ func newLiveSharePartition(key shareKey, p *partition, ps *sharePersisted, pendi
 			sp.recs[i].deliveries = r.deliveries
 		}
 	}
-	for pid, batches := range pending {
-		for _, b := range batches {
-			sp.notePending(pid, b.First, b.Last)
-			for o := max(b.First, sp.start); o <= b.Last; o++ {
-				if sp.recs[o-sp.start].state == shareAvailable {
-					sp.available--
+	for pid, stagings := range pending {
+		for _, staging := range stagings {
+			for _, b := range staging.batches {
+				sp.notePending(pid, b.First, b.Last)
+				for o := max(b.First, sp.start); o <= b.Last; o++ {
+					if sp.recs[o-sp.start].state == shareAvailable {
+						sp.available--
+					}
+					sp.recs[o-sp.start] = shareRecord{state: shareTxPending, deliveries: b.Deliveries, pid: pid, epoch: staging.epoch, ack: b.Ack}
 				}
-				sp.recs[o-sp.start] = shareRecord{state: shareTxPending, deliveries: b.Deliveries, pid: pid, epoch: -1, ack: b.Ack}
 			}
 		}
 	}

@@ -321,8 +321,11 @@ func TestShareResolveTouchesOnlyItsProducer(t *testing.T) {
 	require.Equal(t, int64(3), sp.start, "0-2 are done")
 
 	// Reloaded from what was persisted: producer 2's records are pending.
-	pending := map[int64][]shareStagedBatch{2: {{First: 6, Last: 9, Ack: wire.AckAccept, Deliveries: 1}}}
+	pending := map[int64][]sharePending{2: {{key: sp.key, epoch: 0, batches: []shareStagedBatch{{First: 6, Last: 9, Ack: wire.AckAccept, Deliveries: 1}}}}}
 	re := newLiveSharePartition(sp.key, sp.p, &sharePersisted{stateEpoch: 1, start: 3}, pending, 3)
+	accept69 := []shareAck{{first: 6, last: 9, types: []wire.AckType{wire.AckAccept}}}
+	require.True(t, re.stagedBy(accept69, 2, 0), "the reloaded staging keeps its epoch: a lost answer's retry is recognised")
+	require.False(t, re.stagedBy(accept69, 2, 1), "another epoch's is not")
 	require.Equal(t, 4, re.resolve(2, false, 3), "an abort releases 6-9")
 	require.Equal(t, shareAvailable, re.recs[6-re.start].state)
 }

@@ -433,19 +433,21 @@ func (st *shareStateShard) resolve(pid int64, commit bool) []shareKey {
 	return keys
 }
 
-// pendingFor returns the unresolved staged acknowledgements of key, by
-// producer id.
-func (st *shareStateShard) pendingFor(key shareKey) map[int64][]shareStagedBatch {
-	var out map[int64][]shareStagedBatch
+// pendingFor returns the unresolved stagings of key, by producer id, each
+// with the producer epoch that staged it: a leader that loads the
+// share-partition (after a move) must recognise the retry of a staging its
+// predecessor applied, whose answer was lost.
+func (st *shareStateShard) pendingFor(key shareKey) map[int64][]sharePending {
+	var out map[int64][]sharePending
 	for pid, entries := range st.pending {
 		for _, e := range entries {
 			if e.key != key {
 				continue
 			}
 			if out == nil {
-				out = make(map[int64][]shareStagedBatch)
+				out = make(map[int64][]sharePending)
 			}
-			out[pid] = append(out[pid], e.batches...)
+			out[pid] = append(out[pid], e)
 		}
 	}
 	return out

@@ -146,6 +146,15 @@ func (tc *txnCoordinator) addPartitions(sh *shard[*txnShard], txnID string, pid 
 	if err := checkProducer(m, pid, epoch); err != nil {
 		return err
 	}
+	if tv >= txnVersion2 && m.state.complete() && m.tv < txnVersion2 {
+		// A leader's add (Produce v12, TxnOffsetCommit v5,
+		// TxnShareAcknowledge v1) may start a transaction only because
+		// transaction version 2 bumps the epoch at every EndTxn, so that a
+		// late request of an ended transaction is fenced. This epoch's
+		// last transaction ended with EndTxn below v5 and kept its epoch:
+		// such a late request would open a transaction of its own.
+		return kerr.TransactionAbortable
+	}
 	if m.state == txnOngoing {
 		added := true
 		for _, tp := range parts {
