@@ -125,12 +125,16 @@ func (s *session) renewRescanLocked() { s.renewStale = true }
 
 // renewDueByLocked tells the session that a record whose lock ends at
 // deadline was staged (or, with RenewHeldLocks, handed to the
-// application): its renewal falls due half a lock duration before.
-func (s *session) renewDueByLocked(deadline time.Time) {
+// application): its renewal falls due half a lock duration before. It
+// reports whether that moved the session's next renewal earlier, so that
+// its goroutine must be woken to wait for the new time.
+func (s *session) renewDueByLocked(deadline time.Time) bool {
 	at := deadline.Add(-s.renewAheadLocked())
 	if s.renewAt.IsZero() || at.Before(s.renewAt) {
 		s.renewAt = at
+		return true
 	}
+	return false
 }
 
 // renewAheadLocked is how long before its lock ends a staged record is

@@ -147,6 +147,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 	// One allocation for the call's records: they are staged, and
 	// resolved, together.
 	slab := make([]stagedRec, len(fresh))
+	var sooner []*session // sessions whose next renewal moved earlier
 	for i, t := range fresh {
 		if t.a.staged == nil {
 			t.a.staged = make([]*stagedRec, len(t.a.states))
@@ -158,13 +159,15 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 		sr := &slab[i]
 		*sr = stagedRec{unit: acks, acq: t.a, off: t.a.first + int64(t.idx), deadline: t.a.deadline}
 		t.a.staged[t.idx] = sr
-		t.a.sess.renewDueByLocked(sr.deadline)
+		if t.a.sess.renewDueByLocked(sr.deadline) {
+			sooner = append(sooner, t.a.sess)
+		}
 	}
 	if !st.Deadline.IsZero() && c.txnTimers[acks] == nil {
 		c.txnTimers[acks] = time.AfterFunc(time.Until(st.Deadline), func() { t.expire(acks) })
 	}
-	for _, s := range c.sessOrder {
-		s.poke() // renewal timers changed
+	for _, s := range sooner {
+		s.poke() // its next renewal is sooner than it waits for
 	}
 	return nil
 }
