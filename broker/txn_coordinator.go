@@ -129,6 +129,10 @@ type txnMeta struct {
 	tv             int8
 	startMs        int64
 	updateMs       int64
+	// epochKept: the last transaction ended with EndTxn below v5 and
+	// kept its epoch (transaction version 1), so no leader may start a
+	// transaction at this epoch (addPartitions).
+	epochKept bool
 
 	// pending holds the partitions of a prepared transaction whose marker
 	// is not written yet; retry paces marker resends.
@@ -152,6 +156,7 @@ func (m *txnMeta) next(now time.Time) *txnMeta {
 		tv:             m.tv,
 		startMs:        m.startMs,
 		updateMs:       now.UnixMilli(),
+		epochKept:      m.epochKept,
 	}
 	for tp := range m.partitions {
 		n.partitions[tp] = struct{}{}
@@ -187,6 +192,7 @@ type txnRecord struct {
 	TV             int8               `json:"tv"`
 	StartMs        int64              `json:"startMs"`
 	UpdateMs       int64              `json:"updateMs"`
+	EpochKept      bool               `json:"epochKept,omitempty"`
 }
 
 // encodeTxnMeta writes m's record as encoding/json writes a txnRecord
@@ -236,6 +242,9 @@ func encodeTxnMeta(m *txnMeta) ([]byte, error) {
 		b = strconv.AppendInt(b, m.startMs, 10)
 		b = append(b, `,"updateMs":`...)
 		b = strconv.AppendInt(b, m.updateMs, 10)
+		if m.epochKept {
+			b = append(b, `,"epochKept":true`...)
+		}
 		return append(b, '}'), nil
 	}
 	return encodeTxnMetaJSON(m)
@@ -254,6 +263,7 @@ func encodeTxnMetaJSON(m *txnMeta) ([]byte, error) {
 		TV:             m.tv,
 		StartMs:        m.startMs,
 		UpdateMs:       m.updateMs,
+		EpochKept:      m.epochKept,
 	}
 	if len(m.partitions) > 0 {
 		rec.Partitions = make(map[string][]int32)
@@ -290,6 +300,7 @@ func decodeTxnMeta(id string, value []byte) (*txnMeta, error) {
 		tv:             rec.TV,
 		startMs:        rec.StartMs,
 		updateMs:       rec.UpdateMs,
+		epochKept:      rec.EpochKept,
 	}
 	for topic, parts := range rec.Partitions {
 		for _, p := range parts {

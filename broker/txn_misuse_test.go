@@ -211,3 +211,74 @@ func txnAddOutV3(t *testing.T, c *Cluster, coord int32, pid int64, epoch int16) 
 	ar := txnWire(t, c, coord, add).(*kmsg.AddPartitionsToTxnResponse)
 	return txnErr(ar.Topics[0].Partitions[0].ErrorCode)
 }
+
+// TestTxnLeaderAddAfterTimeoutAbort: the refusal of a leader's add after
+// a transaction version 1 end must not catch a transaction version 2
+// producer whose transaction was aborted on timeout. A TV2 producer makes
+// client-form adds legitimately (kshare's AddShareAcksToTxn before
+// TxnShareAcknowledge v0, kgo's AddOffsetsToTxn without TxnOffsetCommit
+// v5), so the transaction's version reads 0; the timeout abort bumps the
+// epoch, and the producer's EndTxn v5 ABORT at the old epoch, the retry of
+// that abort, hands it the new one. Nothing was ever sent at the new
+// epoch: the next transaction's first Produce v12 or TxnShareAcknowledge
+// v1 starts it.
+func TestTxnLeaderAddAfterTimeoutAbort(t *testing.T) {
+	for _, cs := range []struct{ legacyAdd, next string }{
+		{"AddShareAcksToTxn", "Produce v12"},
+		{"AddOffsetsToTxn", "Produce v12"},
+		{"AddShareAcksToTxn", "TxnShareAcknowledge v1"},
+	} {
+		legacyAdd := cs.legacyAdd
+		t.Run(legacyAdd+" then "+cs.next, func(t *testing.T) {
+			c, m1 := shareTxnSetup(t, nil)
+			createTopic(t, c, "out", 1)
+			coord := txnCoordinatorNode(t, c, "tx")
+			pid, epoch := txnInitOK(t, c, "tx")
+
+			require.NoError(t, txnProduce(t, c, 12, "tx", "out", 0, pid, epoch, 0, "txn1"))
+			switch legacyAdd {
+			case "AddShareAcksToTxn":
+				require.NoError(t, shareAddToTxn(t, c, "tx", pid, epoch, "g", "in", 0))
+				_, part := m1.stageTxnAt(0, "tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckAccept})
+				require.NoError(t, part)
+			case "AddOffsetsToTxn":
+				req := kmsg.NewPtrAddOffsetsToTxnRequest()
+				req.Version = 4
+				req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group = "tx", pid, epoch, "cg"
+				resp := txnWire(t, c, coord, req).(*kmsg.AddOffsetsToTxnResponse)
+				require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
+			}
+
+			// The transaction's timer fires as if its timeout had passed
+			// (the path TestTxnTimeoutAborts takes by waiting).
+			var shardErr error
+			require.NoError(t, c.do(func() {
+				tc := c.coordinators.txn
+				sh, err := tc.shardFor(coord, "tx")
+				if err != nil {
+					shardErr = err
+					return
+				}
+				tc.due(sh, "tx", time.Now().Add(time.Hour))
+			}))
+			require.NoError(t, shardErr)
+			require.Eventually(t, func() bool { return txnDescribe(t, c, "tx").State == "CompleteAbort" },
+				10*time.Second, 10*time.Millisecond, "the coordinator aborts the timed-out transaction")
+
+			resp := txnEnd(t, c, coord, 5, "tx", pid, epoch, false)
+			require.NoError(t, txnErr(resp.ErrorCode), "EndTxn v5 ABORT at the old epoch is the retry of the abort")
+			next := resp.ProducerEpoch
+			require.Equal(t, epoch+1, next, "the fence's epoch")
+
+			var err error
+			if cs.next == "Produce v12" {
+				err = txnProduce(t, c, 12, "tx", "out", 0, pid, next, 0, "txn2")
+			} else {
+				// 0-4 are still held by m1; kshare classifies this
+				// answer (INVALID_TXN_STATE), once confirmed, as fatal.
+				_, err = m1.stageTxnAt(1, "tx", pid, next, "in", 0, shareRange{0, 4, wire.AckAccept})
+			}
+			require.NoError(t, err, "the first %s of the next transaction, at an epoch nothing was sent at", cs.next)
+		})
+	}
+}

@@ -146,13 +146,14 @@ func (tc *txnCoordinator) addPartitions(sh *shard[*txnShard], txnID string, pid 
 	if err := checkProducer(m, pid, epoch); err != nil {
 		return err
 	}
-	if tv >= txnVersion2 && m.state.complete() && m.tv < txnVersion2 {
+	if tv >= txnVersion2 && m.state.complete() && m.epochKept {
 		// A leader's add (Produce v12, TxnOffsetCommit v5,
 		// TxnShareAcknowledge v1) may start a transaction only because
 		// transaction version 2 bumps the epoch at every EndTxn, so that a
 		// late request of an ended transaction is fenced. This epoch's
 		// last transaction ended with EndTxn below v5 and kept its epoch:
-		// such a late request would open a transaction of its own.
+		// such a late request would open a transaction of its own. (A
+		// timeout or fencing abort bumps the epoch: it does not count.)
 		return kerr.TransactionAbortable
 	}
 	if m.state == txnOngoing {
@@ -338,6 +339,7 @@ func (tc *txnCoordinator) prepareEnd(sh *shard[*txnShard], m *txnMeta, commit bo
 		n.state = txnPrepareCommit
 	}
 	n.tv = tv
+	n.epochKept = tv < txnVersion2 && !fence
 	switch {
 	case fence:
 		n.lastEpoch = -1
