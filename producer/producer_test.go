@@ -277,3 +277,29 @@ func requireCommittedOnce(t *testing.T, c *broker.Cluster, topic string, partiti
 	}
 	require.Len(t, seen, len(want), "no record of an aborted transaction is visible")
 }
+
+// A client that may send EndTxn v5 but not Produce v12 runs transaction
+// version 1, and its EndTxn goes out at v4: v5 would bump the epoch on the
+// coordinator while the producer kept the old one, and its next
+// transaction would be fenced.
+func TestTV1KeepsEndTxnBelowV5(t *testing.T) {
+	c := newCluster(t, broker.Nodes(3))
+	const topic = "tv1-endtxn"
+	createTopic(t, c, topic, 1)
+	log := bundled.ObserveRequests(t, c)
+	versions := wire.KgoMaxVersions()
+	versions.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
+	p := newProducer(t, c, "tv1-endtxn", Linger(0), KgoOpts(kgo.MaxVersions(versions)))
+	require.False(t, p.txn.TV2())
+	ctx := testCtx(t)
+	for i := range 3 {
+		require.NoError(t, p.BeginTransaction())
+		produceValues(t, p, topic, fmt.Sprintf("v%d", i))
+		require.NoError(t, p.CommitTransaction(ctx), "transaction %d", i)
+	}
+	ends := log.Of(kmsg.EndTxn.Int16())
+	require.Len(t, ends, 3)
+	for _, o := range ends {
+		require.LessOrEqual(t, o.Req.GetVersion(), int16(4))
+	}
+}

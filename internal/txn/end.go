@@ -390,6 +390,7 @@ func recoverableByReinit(code int16) bool {
 // a lost one may have been, whatever later attempts are answered).
 func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 	pid, epoch := m.ProducerID()
+	tv2 := m.TV2()
 	resp, err := m.coords.callCoordinator(ctx, coordinatorCall{
 		op:  "EndTxn",
 		typ: TransactionCoordinator,
@@ -406,6 +407,12 @@ func (m *Manager) endTxn(ctx context.Context, commit bool) error {
 			req.TransactionalID = m.txnID
 			req.ProducerID, req.ProducerEpoch = pid, epoch
 			req.Commit = commit
+			if !tv2 {
+				// EndTxn v5 bumps the epoch (transaction version 2):
+				// a version 1 producer, whose client may allow v5 while
+				// it cannot send Produce v12, must not lose its epoch.
+				return versionCapped{req, 4}
+			}
 			return req
 		},
 		code: func(r kmsg.Response) (int16, *string) { return r.(*kmsg.EndTxnResponse).ErrorCode, nil },
