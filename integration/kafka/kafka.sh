@@ -144,6 +144,20 @@ pid_alive() {
 	[[ "$cmdline" == *kafka.Kafka* ]]
 }
 
+# started_alive PID reports whether a process launch_node started is still
+# running: alive and not a zombie (its parent, this script, has not reaped
+# it). Unlike pid_alive it does not look for kafka.Kafka on the command
+# line: right after the launch the child may not have exec'd the JVM yet
+# and still shows this shell's command line, which made a start that was
+# going fine look like an exit (and left that Kafka running, orphaned).
+started_alive() {
+	[[ -n "$1" ]] && kill -0 "$1" 2>/dev/null || return 1
+	local stat
+	stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+	stat="${stat##*) }"
+	[[ "${stat:0:1}" != Z ]]
+}
+
 read_pid() {
 	local pid_file="$1/kafka.pid"
 	[[ -f "$pid_file" ]] && cat "$pid_file" || true
@@ -289,7 +303,7 @@ wait_ready() {
 	pid="$(read_pid "$dir")"
 	local waited=0
 	until grep -q "$ready_line" "$dir/logs/server.log" 2>/dev/null; do
-		if ! pid_alive "$pid"; then
+		if ! started_alive "$pid"; then
 			rm -f "$dir/kafka.pid"
 			show_start_errors "$dir"
 			echo "kafka.sh: start failed: Kafka $version $label exited during start-up (logs in $dir/logs)" >&2
