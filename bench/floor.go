@@ -6,8 +6,8 @@ package main
 // records (TV2: the leader adds the partition to the transaction),
 // TxnShareAcknowledge v1 of the records the member acquired (the leader
 // adds the share state partition to the transaction, so no
-// AddShareAcksToTxn), and EndTxn(COMMIT), which returns after the markers are
-// written. The records to acknowledge are acquired (ShareFetch) before the
+// AddShareAcksToTxn), and EndTxn(COMMIT), which returns after the markers
+// are written. The records to acknowledge are acquired (ShareFetch) before the
 // clock starts, as a pipeline acquires them before it commits.
 
 import (
@@ -23,7 +23,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kshare-go/kshare/wire"
 )
@@ -72,11 +71,9 @@ func measureFloor(ctx context.Context, e *env, spec floorSpec) (sample, error) {
 	if err := e.shareGroupFromStart(ctx, f.group); err != nil {
 		return sample{}, err
 	}
-	// kgo sends only the keys its MaxVersions list: add the two KIP-1289
-	// ones to its default (stable) list.
-	versions := kversion.Stable()
-	versions.SetMaxKeyVersion(wire.TxnShareAcknowledgeKey, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.seeds()...), kgo.MaxVersions(versions))
+	// kgo sends only the keys its MaxVersions list, so the KIP-1289 ones
+	// must be added to its stable list.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.seeds()...), kgo.MaxVersions(wire.KgoMaxVersions()))
 	if err != nil {
 		return sample{}, err
 	}

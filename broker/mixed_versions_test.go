@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -198,4 +199,72 @@ func TestMixedVersionsLateMarker(t *testing.T) {
 		require.Len(t, c.partitionOf("late-mixed", 1).abortedIn(firsts[1], firsts[1]), 1, "aborted at the new leader")
 		require.Empty(t, c.partitionOf("late-mixed", 2).abortedIn(firsts[2], firsts[2]), "committed early at the old one")
 	}))
+}
+
+// TestAPIVersionCap: capped nodes advertise and serve only the versions
+// they are left with, a cap below the oldest version removes the key, and
+// caps on unknown keys or nodes are refused.
+func TestAPIVersionCap(t *testing.T) {
+	c := newTestCluster(t, Nodes(3),
+		APIVersionCap(wire.TxnShareAcknowledgeKey, 0, 2),
+		APIVersionCap(wire.AddShareAcksToTxnKey, -1, 1))
+	maxOf := func(node int32, key int16) int16 {
+		resp := txnWire(t, c, node, kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse)
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey == key {
+				return k.MaxVersion
+			}
+		}
+		return -1
+	}
+	require.Equal(t, wire.TxnShareAcknowledgeMaxVersion, maxOf(0, wire.TxnShareAcknowledgeKey))
+	require.Equal(t, int16(0), maxOf(2, wire.TxnShareAcknowledgeKey))
+	require.Equal(t, int16(0), maxOf(0, wire.AddShareAcksToTxnKey))
+	require.Equal(t, int16(-1), maxOf(1, wire.AddShareAcksToTxnKey), "a cap below v0 removes the key")
+
+	req := &wire.TxnShareAcknowledgeRequest{Version: 1}
+	require.Equal(t, kerr.UnsupportedVersion.Code, rawErrorCode(t, c, 2, req), "a capped node refuses v1")
+	require.NotEqual(t, kerr.UnsupportedVersion.Code, rawErrorCode(t, c, 0, req))
+
+	all := newTestCluster(t, Nodes(2), APIVersionCap(wire.TxnShareAcknowledgeKey, 0))
+	for _, node := range all.NodeIDs() {
+		resp := txnWire(t, all, node, kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse)
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey == wire.TxnShareAcknowledgeKey {
+				require.Equal(t, int16(0), k.MaxVersion, "no node named: every node is capped")
+			}
+		}
+	}
+
+	_, err := NewCluster(Nodes(2), APIVersionCap(wire.TxnShareAcknowledgeKey, 0, 2))
+	require.ErrorContains(t, err, "APIVersionCap(95, nodes 2)")
+	_, err = NewCluster(APIVersionCap(9999, 0))
+	require.ErrorContains(t, err, "does not serve API key 9999")
+}
+
+// TestAPIVersionCapRefusesInterBrokerKeys: the nodes send each other
+// AddPartitionsToTxn (v5, transaction verification) and WriteTxnMarkers;
+// a cap on either would leave transactions waiting for ever (EndTxn
+// answered, markers never written; every transactional write answered
+// NOT_ENOUGH_REPLICAS), so NewCluster refuses it.
+func TestAPIVersionCapRefusesInterBrokerKeys(t *testing.T) {
+	for _, opt := range []Opt{
+		APIVersionCap(writeTxnMarkersKey, -1, 1),
+		APIVersionCap(writeTxnMarkersKey, 1),
+		APIVersionCap(kmsg.AddPartitionsToTxn.Int16(), 3),
+	} {
+		_, err := NewCluster(Nodes(3), opt)
+		require.ErrorContains(t, err, "send API key")
+	}
+}
+
+// TestAPIVersionCapOnApiVersionsIsHarmless: APIVersionCap(18, -1) is
+// accepted: a node that "serves no ApiVersions" still answers the v0
+// fallback listing its keys, and clients connect.
+func TestAPIVersionCapOnApiVersionsIsHarmless(t *testing.T) {
+	c := newTestCluster(t, Nodes(1), APIVersionCap(18, -1))
+	cl := newTestClient(t, c)
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	require.NoError(t, cl.Ping(ctx))
 }

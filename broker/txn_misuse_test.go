@@ -1,13 +1,13 @@
 package broker
 
 // Misuse of the transactional write checks: batches under a foreign
-// transactional id, leader-side adds after a transaction version 1 end,
-// version caps on the keys the nodes send each other, TxnShareAcknowledge
-// at a version the broker does not serve or with producers it must refuse,
-// and the retry of a staging after a leader move.
+// transactional id, leader-side adds after a transaction version 1 end
+// (and after a timeout abort, which must not count as one),
+// TxnShareAcknowledge at a version the broker does not serve or with
+// producers it must refuse, and the retry of a staging after a leader
+// move. The APIVersionCap tests are in mixed_versions_test.go.
 
 import (
-	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -44,33 +44,6 @@ func TestTxnForeignTxnIDCannotJoinOpenTransaction(t *testing.T) {
 			require.EqualValues(t, 2, end, "one data record and the marker: the intruder was not appended")
 		})
 	}
-}
-
-// TestAPIVersionCapRefusesInterBrokerKeys: the nodes send each other
-// AddPartitionsToTxn (v5, transaction verification) and WriteTxnMarkers;
-// a cap on either would leave transactions waiting for ever (EndTxn
-// answered, markers never written; every transactional write answered
-// NOT_ENOUGH_REPLICAS), so NewCluster refuses it.
-func TestAPIVersionCapRefusesInterBrokerKeys(t *testing.T) {
-	for _, opt := range []Opt{
-		APIVersionCap(writeTxnMarkersKey, -1, 1),
-		APIVersionCap(writeTxnMarkersKey, 1),
-		APIVersionCap(kmsg.AddPartitionsToTxn.Int16(), 3),
-	} {
-		_, err := NewCluster(Nodes(3), opt)
-		require.ErrorContains(t, err, "send API key")
-	}
-}
-
-// TestAPIVersionCapOnApiVersionsIsHarmless: APIVersionCap(18, -1) is
-// accepted: a node that "serves no ApiVersions" still answers the v0
-// fallback listing its keys, and clients connect.
-func TestAPIVersionCapOnApiVersionsIsHarmless(t *testing.T) {
-	c := newTestCluster(t, Nodes(1), APIVersionCap(18, -1))
-	cl := newTestClient(t, c)
-	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
-	defer cancel()
-	require.NoError(t, cl.Ping(ctx))
 }
 
 // TestTxnShareAckLateCopyAfterTV1End: a producer that ends with EndTxn v4

@@ -240,22 +240,11 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	m.unlock()
 	pid, epoch := m.ProducerID()
 
-	adder := &shareStateAdder{m: m, pid: pid, epoch: epoch, tv2: tv2,
-		parts: make(map[string]map[string]map[int32]bool), added: make(map[string]bool)}
+	adder := &shareStateAdder{m: m, pid: pid, epoch: epoch, staged: staged,
+		v1: tv2 && clientAllows(m.cl, wire.TxnShareAcknowledgeKey, 1)}
 	merged := make(map[memberKey]*acktrack.Set)
 	var members []memberKey
 	for _, s := range staged {
-		g := adder.parts[s.meta.GroupID]
-		if g == nil {
-			g = make(map[string]map[int32]bool)
-			adder.parts[s.meta.GroupID] = g
-		}
-		for _, tp := range s.acks.Partitions() {
-			if g[tp.Topic] == nil {
-				g[tp.Topic] = make(map[int32]bool)
-			}
-			g[tp.Topic][tp.Partition] = true
-		}
 		k := memberKey{s.meta.GroupID, s.meta.MemberID, s.meta.MemberEpoch}
 		if merged[k] == nil {
 			// Sets are never changed: a member's only set is sent as
@@ -278,17 +267,17 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 // with AddShareAcksToTxn, at most once per commit, for the leaders that
 // cannot do it themselves (TxnShareAcknowledge v0).
 type shareStateAdder struct {
-	m     *Manager
-	pid   int64
-	epoch int16
-	tv2   bool
-	// parts: group -> topic -> partitions of the staged acknowledgements.
-	parts map[string]map[string]map[int32]bool
+	m      *Manager
+	pid    int64
+	epoch  int16
+	staged []stagedAcks
+	// v1: the transaction runs version 2 and the client may send
+	// TxnShareAcknowledge v1, so leaders that serve it get it. Cleared
+	// when kgo sent a leader an older version than its ApiVersions answer
+	// promised (the broker was downgraded since): the rest of the commit
+	// uses v0, after AddShareAcksToTxn.
+	v1    bool
 	added map[string]bool // groups whose AddShareAcksToTxn succeeded
-	// v0Only is set when kgo sent a leader an older TxnShareAcknowledge
-	// than its ApiVersions answer promised (the broker was downgraded
-	// since): the rest of the commit uses v0, after AddShareAcksToTxn.
-	v0Only bool
 }
 
 // version returns the TxnShareAcknowledge version for leader: 1 when the
@@ -296,7 +285,7 @@ type shareStateAdder struct {
 // it; 0 otherwise, or when the leader could not be asked (v0 works
 // everywhere, at the price of AddShareAcksToTxn).
 func (a *shareStateAdder) version(ctx context.Context, leader int32) int16 {
-	if a.v0Only || !a.tv2 || !clientAllows(a.m.cl, wire.TxnShareAcknowledgeKey, 1) {
+	if !a.v1 {
 		return 0
 	}
 	caps, err := a.m.caps.Of(ctx, leader)
@@ -306,13 +295,29 @@ func (a *shareStateAdder) version(ctx context.Context, leader int32) int16 {
 	return 1
 }
 
-// ensureAdded sends AddShareAcksToTxn for group unless it was sent.
+// ensureAdded sends AddShareAcksToTxn for group, naming every partition the
+// group's staged acknowledgements cover, unless it was sent.
 func (a *shareStateAdder) ensureAdded(ctx context.Context, group string) error {
 	if a.added[group] {
 		return nil
 	}
-	if err := a.m.addShareAcksToTxn(ctx, group, a.parts[group], a.pid, a.epoch); err != nil {
+	parts := make(map[string]map[int32]bool)
+	for _, s := range a.staged {
+		if s.meta.GroupID != group {
+			continue
+		}
+		for _, tp := range s.acks.Partitions() {
+			if parts[tp.Topic] == nil {
+				parts[tp.Topic] = make(map[int32]bool)
+			}
+			parts[tp.Topic][tp.Partition] = true
+		}
+	}
+	if err := a.m.addShareAcksToTxn(ctx, group, parts, a.pid, a.epoch); err != nil {
 		return err
+	}
+	if a.added == nil {
+		a.added = make(map[string]bool)
 	}
 	a.added[group] = true
 	return nil
@@ -447,7 +452,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 				// share state partition, so nothing of it is staged
 				// (the leader found the partition outside the
 				// transaction). Send AddShareAcksToTxn and v0.
-				adder.v0Only, retryErr = true, fmt.Errorf("TxnShareAcknowledge at node %d was sent as v%d, not v%d", res.node, res.resp.Version, versions[res.node])
+				adder.v1, retryErr = false, fmt.Errorf("TxnShareAcknowledge at node %d was sent as v%d, not v%d", res.node, res.resp.Version, versions[res.node])
 				continue
 			}
 			for _, t := range res.req.Topics {
