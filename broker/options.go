@@ -36,8 +36,11 @@ type config struct {
 	consumerSessionTimeout    time.Duration
 	consumerHeartbeatInterval time.Duration
 	shareLockDuration         time.Duration
-	shareDeliveryLimit        int32
-	shareMaxFetchRecords      int32
+	// shareMinLock and shareMaxLock bound share.record.lock.duration.ms
+	// (Kafka's group.share.min/max.record.lock.duration.ms).
+	shareMinLock, shareMaxLock time.Duration
+	shareDeliveryLimit         int32
+	shareMaxFetchRecords       int32
 	// groupDefaults are GroupConfigDefault's: group config name -> the
 	// value every group has unless it sets its own.
 	groupDefaults map[string]string
@@ -86,6 +89,8 @@ func defaultConfig() config {
 		consumerSessionTimeout:    45 * time.Second,
 		consumerHeartbeatInterval: 5 * time.Second,
 		shareLockDuration:         30 * time.Second,
+		shareMinLock:              time.Second,
+		shareMaxLock:              time.Hour,
 		shareDeliveryLimit:        5,
 		shareMaxFetchRecords:      500,
 		maxFetchWait:              30 * time.Second,
@@ -158,9 +163,21 @@ func ShareTxnAPIs(enabled bool) Opt {
 
 // ShareLockDuration sets the default acquisition lock duration of share
 // groups (default 30s, Kafka's group.share.record.lock.duration.ms); a group
-// overrides it with the share.record.lock.duration.ms group config.
+// overrides it with the share.record.lock.duration.ms group config. It must
+// lie within ShareLockDurationBounds.
 func ShareLockDuration(d time.Duration) Opt {
 	return optFunc(func(c *config) { c.shareLockDuration = d })
+}
+
+// ShareLockDurationBounds sets the bounds of the share.record.lock.duration.ms
+// group config, as Kafka's group.share.min.record.lock.duration.ms and
+// group.share.max.record.lock.duration.ms do (default 1s and 1h; Kafka's
+// are 15s and 60s, see docs/differences.md). A group that asks for a lock
+// outside them is refused with INVALID_CONFIG, and ShareLockDuration must
+// lie within them. Locks shorter than Kafka allows are for tests of lock
+// expiry: lower min only for them. min must be at least 1ms.
+func ShareLockDurationBounds(min, max time.Duration) Opt {
+	return optFunc(func(c *config) { c.shareMinLock, c.shareMaxLock = min, max })
 }
 
 // ConsumerGroupSessionTimeout sets the default session timeout of KIP-848

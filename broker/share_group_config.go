@@ -41,8 +41,10 @@ type groupConfigDef struct {
 	typ  kmsg.ConfigType
 	doc  string
 	def  func(c *Cluster) string
-	// min and max bound an int config.
+	// min and max bound an int config, unless bounds (the cluster's
+	// settings) does.
 	min, max int64
+	bounds   func(cfg *config) (min, max int64)
 	// check validates a string or list config; nil accepts anything.
 	check func(v string) error
 }
@@ -121,9 +123,12 @@ var groupConfigDefs = []groupConfigDef{
 		doc: "How many offsets a share-partition keeps in flight: no new batch is acquired while the window from the start offset holds this many.",
 	},
 	{
-		name: "share.record.lock.duration.ms", typ: kmsg.ConfigTypeInt, min: 100, max: 3_600_000,
+		name: "share.record.lock.duration.ms", typ: kmsg.ConfigTypeInt,
 		doc: "How long a share group member holds an acquired record before it becomes available again.",
 		def: func(c *Cluster) string { return strconv.FormatInt(c.cfg.shareLockDuration.Milliseconds(), 10) },
+		bounds: func(cfg *config) (int64, int64) {
+			return cfg.shareMinLock.Milliseconds(), cfg.shareMaxLock.Milliseconds()
+		},
 	},
 	{
 		name: "share.renew.acknowledge.enable", typ: kmsg.ConfigTypeBoolean, def: constDefault("true"),
@@ -197,7 +202,7 @@ func groupConfigDefFor(name string) *groupConfigDef {
 // normalize validates a value of the config and returns it as it is kept:
 // trimmed, as Kafka parses config values, and in canonical form for ints,
 // booleans and lists.
-func (d *groupConfigDef) normalize(v string) (string, error) {
+func (d *groupConfigDef) normalize(cfg *config, v string) (string, error) {
 	v = strings.TrimSpace(v)
 	switch d.typ {
 	case kmsg.ConfigTypeInt:
@@ -205,8 +210,12 @@ func (d *groupConfigDef) normalize(v string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%s: %q is not a 32-bit integer", d.name, v)
 		}
-		if n < d.min || n > d.max {
-			return "", fmt.Errorf("%s: %d is not in [%d, %d]", d.name, n, d.min, d.max)
+		lo, hi := d.min, d.max
+		if d.bounds != nil {
+			lo, hi = d.bounds(cfg)
+		}
+		if n < lo || n > hi {
+			return "", fmt.Errorf("%s: %d is not in [%d, %d]", d.name, n, lo, hi)
 		}
 		return strconv.FormatInt(n, 10), nil
 	case kmsg.ConfigTypeBoolean:
@@ -254,7 +263,7 @@ func (cfg *config) normalizeGroupDefaults() error {
 		if d == nil {
 			return fmt.Errorf("broker: GroupConfigDefault(%q): unknown group config", name)
 		}
-		normalized, err := d.normalize(v)
+		normalized, err := d.normalize(cfg, v)
 		if err != nil {
 			return fmt.Errorf("broker: GroupConfigDefault: %w", err)
 		}
@@ -325,7 +334,7 @@ func (c *Cluster) alterGroupConfigs(group string, ops []kmsg.IncrementalAlterCon
 			if op.Value == nil {
 				return fmt.Errorf("%s: SET needs a value", op.Name)
 			}
-			normalized, err := d.normalize(*op.Value)
+			normalized, err := d.normalize(&c.cfg, *op.Value)
 			if err != nil {
 				return err
 			}

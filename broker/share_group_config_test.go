@@ -205,3 +205,33 @@ func (m *rawShareMember) renew(topic string, partition int32, offset int64) erro
 	m.sessions[node]++
 	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
 }
+
+// TestShareLockDurationBounds: share.record.lock.duration.ms is bounded by
+// the cluster's ShareLockDurationBounds, as Kafka bounds it with
+// group.share.min/max.record.lock.duration.ms, so that a short lock for a
+// test of lock expiry must be allowed by the broker first.
+func TestShareLockDurationBounds(t *testing.T) {
+	const name = "share.record.lock.duration.ms"
+	cl := newTestClient(t, newTestCluster(t))
+	require.ErrorIs(t, alterGroupConfig(t, cl, "g", kmsg.IncrementalAlterConfigOpSet, name, "999"), kerr.InvalidConfig,
+		"below the default floor of 1s")
+	require.ErrorIs(t, alterGroupConfig(t, cl, "g", kmsg.IncrementalAlterConfigOpSet, name, "3600001"), kerr.InvalidConfig,
+		"above the default ceiling of 1h")
+	require.NoError(t, alterGroupConfig(t, cl, "g", kmsg.IncrementalAlterConfigOpSet, name, "1000"))
+
+	low := newTestClient(t, newTestCluster(t, ShareLockDurationBounds(100*time.Millisecond, 20*time.Second), ShareLockDuration(10*time.Second)))
+	require.NoError(t, alterGroupConfig(t, low, "g", kmsg.IncrementalAlterConfigOpSet, name, "100"), "a lowered floor allows short locks")
+	require.ErrorIs(t, alterGroupConfig(t, low, "g", kmsg.IncrementalAlterConfigOpSet, name, "99"), kerr.InvalidConfig)
+	require.ErrorIs(t, alterGroupConfig(t, low, "g", kmsg.IncrementalAlterConfigOpSet, name, "20001"), kerr.InvalidConfig)
+
+	for what, opts := range map[string][]Opt{
+		"default lock below the floor": {ShareLockDuration(500 * time.Millisecond)},
+		"default lock above a ceiling": {ShareLockDurationBounds(time.Second, 10*time.Second)}, // the default is 30s
+		"inverted bounds":              {ShareLockDurationBounds(time.Minute, time.Second)},
+		"floor below 1ms":              {ShareLockDurationBounds(time.Microsecond, time.Second), ShareLockDuration(time.Second)},
+		"group default below floor":    {GroupConfigDefault(name, "500")},
+	} {
+		_, err := NewCluster(opts...)
+		require.Error(t, err, what)
+	}
+}

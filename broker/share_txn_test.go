@@ -133,7 +133,7 @@ func TestShareTxnStagingRetryIsAccepted(t *testing.T) {
 }
 
 func TestShareTxnStagingAnExpiredLockFails(t *testing.T) {
-	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "200")
+	c, m1 := shareTxnSetup(t, []Opt{ShareLockDurationBounds(100*time.Millisecond, time.Hour)}, "share.record.lock.duration.ms", "200")
 	pid, epoch := shareTxnBegin(t, c, "tx")
 	ctx := testCtx(t)
 	shareEventually(t, ctx, "the lock to expire", func() bool {
@@ -153,7 +153,7 @@ func TestShareTxnStagingNeedsTheStatePartitionInTheTransaction(t *testing.T) {
 }
 
 func TestShareTxnPendingOutlivesTheLock(t *testing.T) {
-	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "200")
+	c, m1 := shareTxnSetup(t, []Opt{ShareLockDurationBounds(100*time.Millisecond, time.Hour)}, "share.record.lock.duration.ms", "200")
 	pid, epoch := shareTxnBegin(t, c, "tx")
 	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
 	require.NoError(t, part)

@@ -176,7 +176,9 @@ func (s *session) doAck(st step) {
 		}
 		s.renewRescanLocked()
 		for _, h := range st.renews.held {
-			h.acq.renewing = false
+			for _, a := range h.acqs {
+				a.renewing, a.renewal = false, nil
+			}
 		}
 		c.mu.Unlock()
 		failAll(st.jobs, jobErr)

@@ -61,7 +61,7 @@ type Consumer struct {
 	sessOrder    []*session
 	pollStart    int
 	held         heldSet
-	lastPoll     []*acquisition // Implicit: acquisitions the last Poll delivered from
+	lastPollAcqs []*acquisition // Implicit: acquisitions the last Poll delivered from
 	decided      map[*acquisition]struct{}
 	errs         []error // classified, for the next Poll
 	stuck        error   // classified, for every Poll: the consumer cannot go on
@@ -74,6 +74,22 @@ type Consumer struct {
 	// reachCheck reports a cluster that the consumer never reached
 	// (checkReached).
 	reachCheck *time.Timer
+	// polling is set while a Poll waits for records; lastPoll is when the
+	// application last called Poll or a Poll returned (zero before the
+	// first Poll). Sessions fetch ahead of the application only while it
+	// polls (session.nextLocked).
+	polling  bool
+	lastPoll time.Time
+	// pollGen counts the Polls; a session fetches ahead once per Poll.
+	pollGen uint64
+	metrics Metrics
+	// unseenWarnAt and unseenSinceWarn pace the warnings about records
+	// that expired before Poll returned them.
+	unseenWarnAt    time.Time
+	unseenSinceWarn int64
+	// startCheck logs, once, partitions the group started reading at
+	// their latest offset past earlier records (startcheck.go).
+	startCheck startCheck
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
@@ -126,6 +142,9 @@ func New(opts ...Opt) (*Consumer, error) {
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.hbCtx, c.hbCancel = context.WithCancel(c.bgCtx)
 	c.reachCheck = time.AfterFunc(unreachableTimeout, c.checkReached)
+	c.startCheck.wake = make(chan struct{}, 1)
+	c.startCheck.done = make(chan struct{})
+	go c.startCheckLoop()
 	go c.heartbeatLoop()
 	return c, nil
 }
@@ -221,11 +240,14 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 }
 
 // Poll waits until records are available, ctx ends or the consumer closes,
-// and returns the records of every leader's latest fetch. Records whose
-// lock expired while buffered are dropped. In Implicit mode, it first
-// accepts every record of the previous Poll; in Explicit mode it sends what
-// Ack marked since the last send. Those acknowledgements travel with the
-// next ShareFetch of each leader.
+// and returns at most MaxPollRecords of the records the leaders' sessions
+// fetched, taking them from each leader in turn. Records fetched ahead
+// wait, their locks renewed, for a later Poll (see MaxPollInterval); one
+// whose lock ran out all the same is not returned, and is counted in
+// Metrics().ExpiredUnseen and logged. In Implicit mode, Poll first accepts
+// every record of the previous Poll; in Explicit mode it sends what Ack
+// marked since the last send. Those acknowledgements travel with the next
+// ShareFetch of each leader.
 //
 // Poll returns either records or an error:
 //
@@ -289,8 +311,12 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 		c.sendDecidedLocked(nil)
 	}
 	c.held.sweep(time.Now())
+	c.startPollingLocked()
+	defer c.stopPolling()
 	for {
 		if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
+			// Sessions woken to fetch again see that no Poll waits.
+			c.polling = false
 			c.mu.Unlock()
 			return recs, nil
 		}
@@ -364,42 +390,95 @@ func (c *Consumer) checkReached() {
 	c.signalReady()
 }
 
-// takeReadyLocked takes the buffered fetch of every session, marks its
-// records delivered and lets the sessions fetch again. Sessions are visited
-// from a rotating start so that none is always first.
+// startPollingLocked notes that a Poll waits for records: sessions that
+// hold back their next fetch until the application polls (a broker
+// without RENEW, or no Poll for MaxPollInterval) fetch now.
+func (c *Consumer) startPollingLocked() {
+	c.lastPoll = time.Now()
+	c.pollGen++
+	if c.polling {
+		return
+	}
+	c.polling = true
+	for _, s := range c.sessOrder {
+		if s.buffered == nil {
+			s.poke()
+		}
+	}
+}
+
+// stopPolling notes that the Poll returned: the application works on what
+// it got.
+func (c *Consumer) stopPolling() {
+	c.mu.Lock()
+	c.polling = false
+	c.lastPoll = time.Now()
+	c.mu.Unlock()
+}
+
+// takeReadyLocked takes up to MaxPollRecords of the sessions' buffered
+// records, marks them delivered, and lets each session whose buffer it
+// emptied fetch again. Sessions are visited from a rotating start so that
+// none is always first. A buffered acquisition whose lock ran out is
+// dropped and counted; one that would pass the limit is split, and its
+// rest stays buffered.
 func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 	var out []*kgo.Record
+	limit := int(c.cfg.maxRecords)
 	n := len(c.sessOrder)
-	for i := range n {
+	for i := 0; i < n && len(out) < limit; i++ {
 		s := c.sessOrder[(c.pollStart+i)%n]
 		res := s.buffered
 		if res == nil {
 			continue
 		}
-		s.buffered = nil
-		s.poke()
-		for _, g := range res.groups {
+		for len(res.groups) > 0 && len(out) < limit {
+			g := &res.groups[0]
 			a := g.acq
 			if !a.usable(now) {
+				freed := 0
 				for _, r := range g.recs {
-					a.set(int(r.Offset-a.first), stFree)
+					if idx := int(r.Offset - a.first); a.states[idx] == stBuffered {
+						a.set(idx, stFree)
+						freed++
+					}
+				}
+				if !a.dead {
+					c.noteExpiredUnseenLocked(freed, a.tp.Topic, a.tp.Partition, now)
 				}
 				c.held.compact(a.tp)
+				res.groups = res.groups[1:]
 				continue
 			}
-			for _, r := range g.recs {
+			recs := g.recs
+			if room := limit - len(out); len(recs) > room {
+				rest := c.held.split(a, recs[room].Offset)
+				g.acq, g.recs = rest, recs[room:]
+				recs = recs[:room]
+			} else {
+				res.groups = res.groups[1:]
+			}
+			for _, r := range recs {
 				idx := int(r.Offset - a.first)
 				if a.states[idx] == stBuffered {
 					a.states[idx] = stDelivered
 					out = append(out, r)
+					c.metrics.RecordsDelivered++
+					if a.deliveries > 1 {
+						c.metrics.Redelivered++
+					}
 				}
 			}
 			if c.cfg.renewHeld && c.cfg.mode == Transactional {
 				s.renewDueByLocked(a.deadline) // the application holds them now
 			}
 			if c.cfg.mode == Implicit {
-				c.lastPoll = append(c.lastPoll, a)
+				c.lastPollAcqs = append(c.lastPollAcqs, a)
 			}
+		}
+		if len(res.groups) == 0 {
+			s.buffered = nil
+			s.poke()
 		}
 	}
 	if n > 0 {
@@ -414,7 +493,7 @@ func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 func (c *Consumer) acceptLastPollLocked(op *ackOp) {
 	now := time.Now()
 	js := jobSet{op: op}
-	for _, a := range c.lastPoll {
+	for _, a := range c.lastPollAcqs {
 		if !a.usable(now) {
 			continue
 		}
@@ -423,8 +502,8 @@ func (c *Consumer) acceptLastPollLocked(op *ackOp) {
 		}))
 		c.held.compact(a.tp)
 	}
-	clear(c.lastPoll)
-	c.lastPoll = c.lastPoll[:0]
+	clear(c.lastPollAcqs)
+	c.lastPollAcqs = c.lastPollAcqs[:0]
 	c.queueLocked(js)
 }
 
@@ -552,14 +631,14 @@ func (c *Consumer) Close(ctx context.Context) error {
 	js := jobSet{op: o}
 	now := time.Now()
 	if c.cfg.mode == Implicit {
-		for _, a := range c.lastPoll {
+		for _, a := range c.lastPollAcqs {
 			if a.usable(now) {
 				js.add(a, a.take(func(idx int) (wire.AckType, bool) {
 					return wire.AckAccept, a.states[idx] == stDelivered
 				}))
 			}
 		}
-		c.lastPoll = nil
+		c.lastPollAcqs = nil
 	}
 	for _, p := range c.held.parts {
 		for _, a := range p.acqs {
@@ -570,7 +649,11 @@ func (c *Consumer) Close(ctx context.Context) error {
 				switch a.states[idx] {
 				case stDecided:
 					return a.decisions[idx], true
-				case stBuffered, stDelivered:
+				case stBuffered:
+					c.metrics.ReleasedUnseen++
+					return wire.AckRelease, true
+				case stDelivered:
+					c.metrics.Released++
 					return wire.AckRelease, true
 				}
 				return 0, false
@@ -623,6 +706,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 		failed = append(failed, err)
 	}
 	c.bgCancel()
+	<-c.startCheck.done
 	c.cl.Close()
 	c.logger.Debug("share consumer closed")
 	if len(failed) == 0 {

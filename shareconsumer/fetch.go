@@ -111,9 +111,25 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 				continue
 			}
 			if len(rp.AcquiredRecords) == 0 {
+				c.noteFirstFetchLocked(tp, -1)
 				continue
 			}
+			first := rp.AcquiredRecords[0].FirstOffset
+			for _, ar := range rp.AcquiredRecords {
+				first = min(first, ar.FirstOffset)
+			}
+			c.noteFirstFetchLocked(tp, first)
 			s.acquireLocked(tp, t.TopicID, rp, decoded[tp], deadline, res, gaps)
+		}
+	}
+	// A partition that joined the session with this request and is not in
+	// the answer had nothing to hand out.
+	for _, t := range st.fetch.Topics {
+		name := c.topicNames[t.TopicID]
+		for _, p := range t.Partitions {
+			if tp := (kshare.TopicPartition{Topic: name, Partition: p.Partition}); !answeredTP(answered, tp) {
+				c.noteFirstFetchLocked(tp, -1)
+			}
 		}
 	}
 	for _, j := range st.jobs {
@@ -132,6 +148,8 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 	}
 	if len(res.groups) > 0 {
 		s.buffered = res
+		// Renewed until Poll takes them (dueRenewalsLocked).
+		s.renewDueByLocked(deadline)
 		c.signalReady()
 	}
 }
@@ -226,4 +244,9 @@ func (s *session) partitionErrorLocked(tp kshare.TopicPartition, api string, cod
 		s.c.queueErrLocked(err)
 		s.backoffLocked(now)
 	}
+}
+
+func answeredTP(answered map[kshare.TopicPartition]int16, tp kshare.TopicPartition) bool {
+	_, ok := answered[tp]
+	return ok
 }

@@ -33,6 +33,7 @@ func (c *Consumer) heartbeatLoop() {
 	if !c.applyGroupConfig() {
 		return
 	}
+	c.learnStartedPartitions(c.hbCtx)
 	bo := retry.NewBackoff()
 	subscribed := false // the coordinator has our subscription
 	probed := false     // the cluster was asked whether it serves share groups

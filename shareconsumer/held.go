@@ -50,11 +50,26 @@ type acquisition struct {
 	// dead is set when the lock is known to be lost (session reset, leader
 	// moved, member fenced); the records must not be acknowledged.
 	dead bool
-	// renewing is set while a RENEW of its delivered records is in flight
-	// (Transactional mode); renewStopped once the broker refused one or
-	// cannot renew: the records keep the lock they have.
+	// renewing is set while a RENEW of its unstaged records (fetched
+	// ahead, or delivered with RenewHeldLocks) is in flight, as part of
+	// renewal; renewStopped once the broker refused one or cannot renew:
+	// the records keep the lock they have.
 	renewing     bool
+	renewal      *heldRenewal
 	renewStopped bool
+}
+
+// holdsBuffered reports whether a holds records fetched for Poll that Poll
+// has not returned yet. An acquisition is never part buffered and part
+// delivered (Poll splits it), so this also says that a holds nothing the
+// application has seen.
+func (a *acquisition) holdsBuffered() bool {
+	for _, st := range a.states {
+		if st == stBuffered {
+			return true
+		}
+	}
+	return false
 }
 
 // holdsDelivered reports whether Poll returned records of a that are
@@ -68,11 +83,15 @@ func (a *acquisition) holdsDelivered() bool {
 	return false
 }
 
-// stagedSince reports whether one of offs, delivered when a RENEW of them
-// was sent, is no longer merely delivered (staged, or freed).
+// stagedSince reports whether one of offs, buffered or delivered when a
+// RENEW of them was sent, has been staged (or freed) since: a transaction
+// may have reached the broker before the RENEW.
 func (a *acquisition) stagedSince(offs []int64) bool {
 	for _, off := range offs {
-		if a.contains(off) && a.states[off-a.first] != stDelivered {
+		if !a.contains(off) {
+			continue
+		}
+		if st := a.states[off-a.first]; st != stDelivered && st != stBuffered {
 			return true
 		}
 	}
@@ -222,6 +241,57 @@ func (h *heldSet) add(a *acquisition) {
 	}
 	p.acqs = append(p.acqs, a)
 	h.compact(a.tp)
+}
+
+// split cuts a at offset at: a keeps the offsets before at, and the
+// returned acquisition, registered beside it, takes at and the rest, with
+// the same lock, delivery count and session. Poll splits an acquisition
+// of buffered records that would take it past MaxPollRecords, so that an
+// acquisition is never part delivered and part waiting for Poll: the two
+// parts are renewed on their own terms. A RENEW in flight for a covers the
+// new part too.
+func (h *heldSet) split(a *acquisition, at int64) *acquisition {
+	idx := int(at - a.first)
+	b := &acquisition{
+		tp:           a.tp,
+		topicID:      a.topicID,
+		sess:         a.sess,
+		first:        at,
+		deliveries:   a.deliveries,
+		deadline:     a.deadline,
+		lockDur:      a.lockDur,
+		states:       append([]recState(nil), a.states[idx:]...),
+		dead:         a.dead,
+		renewing:     a.renewing,
+		renewal:      a.renewal,
+		renewStopped: a.renewStopped,
+	}
+	if a.decisions != nil {
+		b.decisions = append([]wire.AckType(nil), a.decisions[idx:]...)
+		a.decisions = a.decisions[:idx:idx]
+	}
+	if a.staged != nil {
+		b.staged = append([]*stagedRec(nil), a.staged[idx:]...)
+		for _, sr := range b.staged {
+			if sr != nil {
+				sr.acq = b
+			}
+		}
+		a.staged = a.staged[:idx:idx]
+	}
+	for _, st := range b.states {
+		if st != stFree {
+			b.live++
+		}
+	}
+	a.live -= b.live
+	a.states = a.states[:idx:idx]
+	if a.renewal != nil {
+		a.renewal.acqs = append(a.renewal.acqs, b)
+	}
+	p := h.part(a.tp)
+	p.acqs = append(p.acqs, b)
+	return b
 }
 
 // compact drops the acquisitions of tp with nothing left, and tp itself

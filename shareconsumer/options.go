@@ -63,6 +63,9 @@ type config struct {
 	// renewHeld is RenewHeldLocks: renew held records that are not
 	// staged.
 	renewHeld bool
+	// maxPollInterval is MaxPollInterval: how long records fetched ahead
+	// of Poll are kept (and renewed) while no Poll comes.
+	maxPollInterval time.Duration
 	// groupConfig is SetGroupConfig's, and groupConfigs its validated
 	// form.
 	groupConfig  *GroupConfig
@@ -75,6 +78,8 @@ const (
 	DefaultMaxPollRecords = 500
 	DefaultMaxWait        = 500 * time.Millisecond
 	DefaultFetchMaxBytes  = 50 << 20
+	// DefaultMaxPollInterval is Kafka's max.poll.interval.ms default.
+	DefaultMaxPollInterval = 5 * time.Minute
 	// connIdleTimeout replaces kgo's 20s default: the broker ties a share
 	// session to its connection and releases every record of the session
 	// when the connection closes, so an application that holds records
@@ -89,6 +94,8 @@ func defaultConfig() config {
 		maxRecords: DefaultMaxPollRecords,
 		maxWait:    DefaultMaxWait,
 		maxBytes:   DefaultFetchMaxBytes,
+
+		maxPollInterval: DefaultMaxPollInterval,
 	}
 }
 
@@ -109,6 +116,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("max wait %v is out of range", c.maxWait)
 	case c.maxBytes <= 0:
 		return fmt.Errorf("fetch max bytes %d is not positive", c.maxBytes)
+	case c.maxPollInterval <= 0:
+		return fmt.Errorf("max poll interval %v is not positive", c.maxPollInterval)
 	}
 	for _, t := range c.topics {
 		if t == "" {
@@ -147,11 +156,30 @@ func Topics(topics ...string) Opt {
 // Mode sets the acknowledgement mode (default Implicit).
 func Mode(m AckMode) Opt { return optFunc(func(c *config) { c.mode = m }) }
 
-// MaxPollRecords sets the MaxRecords and BatchSize of every ShareFetch
-// (default 500): how many records one leader hands out per fetch. The
-// broker may exceed it to keep record batches whole, and a Poll returns the
-// fetches of every leader, so a Poll can return more.
+// MaxPollRecords sets the most records one Poll returns (default 500).
+// Every ShareFetch asks its leader for at most n records in the record
+// limit acquire mode (ShareFetch v2, KIP-1206), so that a leader locks no
+// more than that; a leader without it (ShareFetch v1) may acquire whole
+// record batches past n, and the records beyond n then wait, renewed, for
+// the next Poll. Records of several leaders' fetches make up one Poll,
+// still at most n.
 func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords = n }) }
+
+// MaxPollInterval sets how long records fetched ahead of Poll are held for
+// an application that does not call Poll (default 5 minutes, Kafka's
+// max.poll.interval.ms). Each leader's session fetches one ShareFetch
+// ahead of the application, and the leader starts the records' locks
+// when it answers; the consumer renews those locks (ShareAcknowledge
+// RENEW, KIP-1222) until Poll returns the records, so a record is never
+// left to expire, and use up one of its deliveries, before the
+// application has seen it. When no Poll has come for d, the consumer
+// releases what it fetched ahead and fetches no more until the next Poll.
+// A broker without RENEW gets no fetch ahead at all: sessions fetch only
+// while a Poll waits. It does not bound records Poll has returned; see
+// RenewHeldLocks.
+func MaxPollInterval(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.maxPollInterval = d })
+}
 
 // MaxWait sets how long a leader may hold a ShareFetch when it has no
 // records (default 500ms). It also bounds how long a queued acknowledgement

@@ -18,7 +18,7 @@ import (
 const renewVersion = 2
 
 // renewals is what one RENEW request of a session renews: per partition
-// either records of one staging unit or the delivered records of one
+// either records of one staging unit or the unstaged records of one
 // acquisition, never both, since the broker refuses a partition's RENEW
 // as a whole.
 type renewals struct {
@@ -26,10 +26,12 @@ type renewals struct {
 	held   map[kshare.TopicPartition]*heldRenewal
 }
 
-// heldRenewal is the renewal of the records of one acquisition that Poll
-// returned and the application has not staged yet.
+// heldRenewal is the renewal of the unstaged records of one acquisition:
+// fetched ahead and waiting for Poll, or returned by Poll and not staged
+// yet (RenewHeldLocks). acqs is that acquisition and the parts Poll split
+// off it while the RENEW travelled.
 type heldRenewal struct {
-	acq  *acquisition
+	acqs []*acquisition
 	offs []int64
 }
 
@@ -37,24 +39,25 @@ func (r renewals) empty() bool { return len(r.staged) == 0 && len(r.held) == 0 }
 
 // dueRenewalsLocked returns the records of this session whose locks should
 // be renewed now (less than half the lock duration left), and when the
-// next one falls due: records staged in a transaction or checkpoint, and,
-// with RenewHeldLocks, records Poll returned that are not staged yet, since
-// the application holds them while it works on them and stages them later.
-// A record whose deadline already passed is given up: its lock is gone.
+// next one falls due: records fetched ahead and waiting for Poll (in every
+// mode: the application has not seen them, and a lock that ran out would
+// use up one of their deliveries), records staged in a transaction or
+// checkpoint, and, with RenewHeldLocks, records Poll returned that are not
+// staged yet, since the application holds them while it works on them and
+// stages them later. A record whose deadline already passed is given up:
+// its lock is gone.
 //
-// The records are scanned only when one falls due (renewAt: Stage, and
-// Poll for held records, tell the session when) or something changed
+// The records are scanned only when one falls due (renewAt: a fetch, Stage,
+// and Poll for held records, tell the session when) or something changed
 // (renewStale).
 func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 	var due renewals
-	if s.c.cfg.mode != Transactional {
-		return due, time.Time{}
-	}
 	ahead := s.renewAheadLocked()
 	if !s.renewStale && (s.renewAt.IsZero() || now.Before(s.renewAt)) {
 		return due, s.renewAt
 	}
 	s.renewScans++
+	idle := s.c.idleLocked(now)
 	var next time.Time
 	// check says whether a lock ending at deadline is to be renewed now
 	// (renew) or is gone (expired); otherwise it keeps next at the
@@ -93,15 +96,27 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				due.staged[tp] = append(due.staged[tp], sr)
 			}
 		}
-		if due.staged[tp] != nil || !s.c.cfg.renewHeld {
+		if due.staged[tp] != nil {
 			continue // one kind of renewal per partition and request
 		}
+		renewHeld := s.c.cfg.renewHeld && s.c.cfg.mode == Transactional
 		for _, a := range p.acqs {
-			if a.sess != s || a.dead || a.renewStopped || a.renewing || !a.holdsDelivered() {
+			if a.sess != s || a.dead || a.renewStopped || a.renewing {
+				continue
+			}
+			switch {
+			case a.holdsBuffered():
+				if idle {
+					continue // released instead (releaseIdleLocked)
+				}
+			case !renewHeld || !a.holdsDelivered():
 				continue
 			}
 			renew, expired := check(a.deadline)
 			a.renewStopped = expired
+			if expired {
+				s.c.metrics.RenewalsRefused += int64(a.live)
+			}
 			if !renew {
 				continue
 			}
@@ -109,7 +124,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				due.held = make(map[kshare.TopicPartition]*heldRenewal)
 			}
 			if due.held[tp] == nil {
-				due.held[tp] = &heldRenewal{acq: a}
+				due.held[tp] = &heldRenewal{acqs: []*acquisition{a}}
 			}
 		}
 	}
@@ -152,11 +167,11 @@ func (s *session) renewAheadLocked() time.Duration {
 func (s *session) renewStepLocked(now time.Time, due renewals) step {
 	merged := make(map[kshare.TopicPartition]*jobPart, len(due.staged)+len(due.held))
 	for tp, h := range due.held {
-		a := h.acq
-		a.renewing = true
+		a := h.acqs[0]
+		a.renewing, a.renewal = true, h
 		p := &jobPart{topicID: a.topicID}
 		for i, st := range a.states {
-			if st != stDelivered {
+			if st != stDelivered && st != stBuffered {
 				continue
 			}
 			off := a.first + int64(i)
@@ -210,7 +225,9 @@ func (s *session) renewUnsupportedLocked(due renewals) {
 		}
 	}
 	for _, h := range due.held {
-		h.acq.renewStopped = true
+		for _, a := range h.acqs {
+			a.renewStopped = true
+		}
 	}
 	if !s.c.renewWarned {
 		s.c.renewWarned = true
@@ -266,18 +283,26 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 	}
 	s.renewRescanLocked()
 	for tp, h := range st.renews.held {
-		a := h.acq
-		a.renewing = false
 		err := failed[tp]
-		switch {
-		case err == nil:
-			a.deadline = st.sentAt.Add(lock)
-			continue
-		case a.stagedSince(h.offs):
-		default:
-			a.renewStopped = true
+		staged := false
+		for _, a := range h.acqs {
+			a.renewing, a.renewal = false, nil
+			staged = staged || a.stagedSince(h.offs)
 		}
-		s.c.logger.Debug("lock renewal of held records refused",
+		if err == nil {
+			for _, a := range h.acqs {
+				a.deadline = st.sentAt.Add(lock)
+			}
+			s.c.metrics.LocksRenewed += int64(len(h.offs))
+			continue
+		}
+		if !staged {
+			for _, a := range h.acqs {
+				a.renewStopped = true
+			}
+			s.c.metrics.RenewalsRefused += int64(len(h.offs))
+		}
+		s.c.logger.Debug("lock renewal of unstaged records refused",
 			"topic", tp.Topic, "partition", tp.Partition, "err", err)
 	}
 	for tp, srs := range st.renews.staged {
@@ -289,6 +314,11 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 				continue
 			}
 			sr.deadline = st.sentAt.Add(lock)
+		}
+		if err == nil {
+			s.c.metrics.LocksRenewed += int64(len(srs))
+		} else {
+			s.c.metrics.RenewalsRefused += int64(len(srs))
 		}
 		if err != nil {
 			s.c.logger.Debug("lock renewal refused; the records are in a transaction at the broker or lost",

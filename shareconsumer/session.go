@@ -38,6 +38,11 @@ const requestGrace = 15 * time.Second
 // acknowledgements.
 const ackMaxWait = 500 * time.Millisecond
 
+// shareAcquireRecordLimit is ShareFetch v2's record-limit acquire mode
+// (KIP-1206): the leader acquires at most MaxRecords records, not whole
+// batches past it. A v1 broker ignores the field.
+const shareAcquireRecordLimit int8 = 1
+
 // session is the share session with one partition leader, and the
 // goroutine that owns it: it alone sends ShareFetch and ShareAcknowledge to
 // that leader, one at a time, as the broker requires. Fields are guarded by
@@ -65,6 +70,9 @@ type session struct {
 	// record.
 	renewAt    time.Time
 	renewStale bool
+	// aheadGen is the Poll (Consumer.pollGen) for which the session last
+	// fetched ahead of the application.
+	aheadGen uint64
 	// steps and renewScans count the session's steps and its full scans
 	// of the staged records, so that tests can assert that scans do not
 	// grow with steps.
@@ -234,10 +242,29 @@ func (s *session) nextLocked(now time.Time) step {
 			s.renewUnsupportedLocked(due)
 		}
 	}
+	idle := c.idleLocked(now)
+	if idle && s.buffered != nil {
+		s.releaseIdleLocked()
+	}
 	// A ShareFetch fetches every partition of the session, so none goes
 	// out while a fetch is still buffered; leaving partitions waits too.
+	// While a Poll waits, the session long-polls its leader. Otherwise it
+	// fetches ahead of the application once per Poll, without waiting at
+	// the leader, and only when it can renew what it fetched until Poll
+	// takes it: a consumer that stops polling does not keep taking
+	// records (those it released among them) from the group.
 	if forget := s.forgetLocked(); s.buffered == nil && (len(s.want) > 0 || len(forget) > 0) {
-		return s.fetchStepLocked(now, forget)
+		switch {
+		case c.polling:
+			return s.fetchStepLocked(now, forget, true)
+		case idle || s.renewCap < 0 || s.aheadGen == c.pollGen:
+			// Wait for a Poll.
+		case s.renewCap == 0:
+			return step{kind: stepProbe}
+		default:
+			s.aheadGen = c.pollGen
+			return s.fetchStepLocked(now, forget, false)
+		}
 	}
 	if len(s.outbox) > 0 {
 		if s.epoch == openEpoch {
@@ -249,7 +276,48 @@ func (s *session) nextLocked(now time.Time) step {
 		}
 		return s.ackStepLocked(now, s.epoch)
 	}
-	return step{kind: stepWait, until: nextDue}
+	until := nextDue
+	if s.buffered != nil && !c.polling && !c.lastPoll.IsZero() {
+		// What it fetched ahead goes back if no Poll comes by then.
+		if at := c.lastPoll.Add(c.cfg.maxPollInterval); until.IsZero() || at.Before(until) {
+			until = at
+		}
+	}
+	return step{kind: stepWait, until: until}
+}
+
+// idleLocked reports whether no Poll waits and the application has not
+// polled yet, or not for MaxPollInterval: records fetched ahead of it go
+// back to the group, and no more are fetched until it polls. A consumer
+// fetches nothing before its first Poll, so that one created long before
+// it is used holds no records from the group.
+func (c *Consumer) idleLocked(now time.Time) bool {
+	return !c.polling && (c.lastPoll.IsZero() || now.Sub(c.lastPoll) >= c.cfg.maxPollInterval)
+}
+
+// releaseIdleLocked gives back the records the session fetched ahead for
+// an application that stopped polling (MaxPollInterval): without Polls
+// nothing bounds how long renewals would hold them from the group.
+func (s *session) releaseIdleLocked() {
+	c := s.c
+	js := jobSet{quiet: true}
+	n := 0
+	for _, g := range s.buffered.groups {
+		a := g.acq
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			if a.states[idx] != stBuffered {
+				return 0, false
+			}
+			n++
+			return wire.AckRelease, true
+		}))
+		c.held.compact(a.tp)
+	}
+	s.buffered = nil
+	c.metrics.ReleasedUnseen += int64(n)
+	c.queueLocked(js)
+	c.logger.Info("no Poll for the max poll interval; releasing the records fetched ahead of it, and fetching no more until the next Poll",
+		"node", s.node, "records", n, "max_poll_interval", c.cfg.maxPollInterval)
 }
 
 // forgetLocked lists the partitions in the broker's session that this
@@ -323,7 +391,9 @@ func (s *session) dropHeldLocked(j *ackJob) {
 	}
 }
 
-func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition) step {
+// fetchStepLocked builds the next ShareFetch; long says whether the
+// leader may hold it for MaxWait when it has nothing to hand out.
+func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition, long bool) step {
 	c := s.c
 	req := kmsg.NewPtrShareFetchRequest()
 	req.GroupID = &c.cfg.group
@@ -334,6 +404,7 @@ func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition)
 	req.MaxBytes = c.cfg.maxBytes
 	req.MaxRecords = c.cfg.maxRecords
 	req.BatchSize = c.cfg.maxRecords
+	req.ShareAcquireMode = shareAcquireRecordLimit
 	topics := make(map[[16]byte]int)
 	addPart := func(tp kshare.TopicPartition, id [16]byte) *kmsg.ShareFetchRequestTopicPartition {
 		ti, ok := topics[id]
@@ -391,8 +462,8 @@ func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition)
 		req.ForgottenTopicsData[fi].Partitions = append(req.ForgottenTopicsData[fi].Partitions, tp.Partition)
 	}
 	switch {
-	case len(s.want) == 0:
-		req.MaxWaitMillis = 0 // only leaving partitions or acknowledging
+	case len(s.want) == 0 || !long:
+		req.MaxWaitMillis = 0 // only leaving partitions or acknowledging, or fetching ahead
 	case len(jobs) > 0 && c.cfg.maxWait > ackMaxWait:
 		// The broker holds the acknowledgements' answer as long as the
 		// fetch; keep a waiting Commit short.

@@ -248,12 +248,80 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 			_, ok := idxs[idx]
 			return wire.AckRelease, ok
 		}))
+		c.metrics.Released += int64(len(idxs))
 	}
 	c.queueLocked(js)
 	for _, tp := range acks.Partitions() {
 		c.held.compact(kshare.TopicPartition(tp))
 	}
 	c.logger.Debug("transaction outcome learned", "committed", committed, "records", n)
+}
+
+// Release gives records returned by Poll back to the group at once, in
+// Transactional mode: the consumer sends RELEASE for each record it holds
+// that is not staged in a transaction or checkpoint (a plain
+// ShareAcknowledge, outside any transaction), and another member may get
+// it within a round trip instead of when its lock runs out. Call it for
+// the records of a transaction that ended before their acknowledgements
+// were staged (work that failed before SendShareAcksToTransaction, or an
+// abort before it), whose records no transaction outcome gives back.
+// Records staged in a transaction, records the consumer no longer holds
+// (released already, acknowledged, given back by an abort) and nil
+// records are skipped, so releasing the records of any failed transaction
+// is safe. A record the broker has delivered to this consumer again since
+// Poll returned r is that newer delivery's, and is skipped too. It returns
+// the number of records released; the release itself travels in the
+// background, and one the broker refuses (the lock had run out) changes
+// nothing. It fails with kshare.ErrUsage outside Transactional mode and
+// kshare.ErrClosed after Close.
+func (c *Consumer) Release(records []*kgo.Record) (int, error) {
+	const op = "release"
+	if !c.made() {
+		return 0, errNotMade(op)
+	}
+	if c.cfg.mode != Transactional {
+		return 0, errWrongMode(op, c.cfg.mode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return 0, errClosed(op)
+	}
+	now := time.Now()
+	picked := make(map[*acquisition]map[int]struct{})
+	n := 0
+	var f finder
+	var ftp kshare.TopicPartition
+	for _, r := range records {
+		if r == nil {
+			continue
+		}
+		if tp := (kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}); f.p == nil || tp != ftp {
+			f, ftp = finder{p: c.held.parts[tp]}, tp
+		}
+		a, idx, ok := f.find(r.Offset)
+		if !ok || a.states[idx] != stDelivered || !a.usable(now) {
+			continue
+		}
+		if picked[a] == nil {
+			picked[a] = make(map[int]struct{})
+		}
+		if _, dup := picked[a][idx]; !dup {
+			picked[a][idx] = struct{}{}
+			n++
+		}
+	}
+	js := jobSet{quiet: true}
+	for a, idxs := range picked {
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			_, ok := idxs[idx]
+			return wire.AckRelease, ok
+		}))
+		c.held.compact(a.tp)
+	}
+	c.metrics.Released += int64(n)
+	c.queueLocked(js)
+	return n, nil
 }
 
 // stagedOf is the staging of the offset find found, if it is staged.

@@ -89,6 +89,7 @@ type flagValues struct {
 	maxBytes                                                                     *int64
 	txnExpiry, offsetsRetention, producerExpiry, retentionCheck                  *time.Duration
 	readTimeout, idleTimeout, staleCoord, lateMarkers, cgSession, cgHeartbeat    *time.Duration
+	minLock, maxLock                                                             *time.Duration
 	groupDefaults                                                                []broker.Opt
 }
 
@@ -122,6 +123,8 @@ func newFlagSet(stderr io.Writer) (*flag.FlagSet, *flagValues) {
 	v.cgSession = fs.Duration("consumer-session-timeout", 45*time.Second, "default session timeout of KIP-848 consumer groups")
 	v.oldNodes = fs.String("old-nodes", "", "comma-separated node ids that behave like brokers before KIP-1228: WriteTxnMarkers up to v1, every marker checked with the legacy rule (a cluster mid-upgrade)")
 	v.cgHeartbeat = fs.Duration("consumer-heartbeat-interval", 5*time.Second, "default heartbeat interval of KIP-848 consumer group members")
+	v.minLock = fs.Duration("min-lock-duration", time.Second, "shortest share.record.lock.duration.ms a share group may set (Kafka's group.share.min.record.lock.duration.ms, 15s there); lower it only to test lock expiry")
+	v.maxLock = fs.Duration("max-lock-duration", time.Hour, "longest share.record.lock.duration.ms a share group may set (Kafka's group.share.max.record.lock.duration.ms, 60s there)")
 	fs.Func("group-config", "NAME=VALUE: the default of a group config for every group that does not set its own, e.g. share.auto.offset.reset=earliest (repeatable)", func(s string) error {
 		name, value, ok := strings.Cut(s, "=")
 		if !ok || name == "" {
@@ -194,6 +197,7 @@ func (v *flagValues) options(stderr io.Writer) ([]broker.Opt, *slog.Logger, erro
 		broker.LateMarkerCopies(*v.lateMarkers),
 		broker.ConsumerGroupSessionTimeout(*v.cgSession),
 		broker.ConsumerGroupHeartbeatInterval(*v.cgHeartbeat),
+		broker.ShareLockDurationBounds(*v.minLock, *v.maxLock),
 		broker.OldNodes(old...),
 	}, v.groupDefaults...), logger, nil
 }

@@ -33,6 +33,8 @@ type reader struct {
 
 	open    map[recordKey]processed
 	pending map[int64][]string // outputs per staged checkpoint
+	// txnTimeout bounds the recovery of a failed commit.
+	txnTimeout time.Duration
 }
 
 // recordKey names a record by its place in the log: a record delivered
@@ -73,7 +75,7 @@ func newReader(ctx context.Context, r eos.Reader) (eos.SourceReader, error) {
 		cons.Close(ctx)
 		return nil, fmt.Errorf("acknowledger: %w", err)
 	}
-	rd := &reader{cons: cons, ack: ack, sink: r.Sink, hooks: r.Hooks, open: map[recordKey]processed{}, pending: map[int64][]string{}}
+	rd := &reader{cons: cons, ack: ack, sink: r.Sink, hooks: r.Hooks, open: map[recordKey]processed{}, pending: map[int64][]string{}, txnTimeout: r.TxnTimeout}
 	rd.hooks.Started(cons)
 	if err := ack.InitTransactions(ctx); err != nil {
 		rd.Close(ctx)
@@ -131,6 +133,11 @@ func (r *reader) SnapshotState(_ context.Context, id int64) error {
 	err := r.ack.Stage(id, acks, r.cons.GroupMetadata())
 	r.hooks.Snapshotted(id, all, err)
 	if err != nil {
+		// Nothing was staged, so no checkpoint outcome gives the records
+		// back: release them.
+		if _, rerr := r.cons.Release(all); rerr != nil {
+			return errors.Join(fmt.Errorf("stage checkpoint %d: %w", id, err), rerr)
+		}
 		return fmt.Errorf("stage checkpoint %d: %w", id, err)
 	}
 	r.pending[id] = outputs
@@ -149,7 +156,7 @@ func (r *reader) NotifyCheckpointComplete(ctx context.Context, id int64) error {
 	if errors.Is(err, kshare.ErrInDoubt) {
 		// The commit's answer was lost and the abort inside
 		// CommitCheckpoint could not learn the outcome either.
-		switch aerr := r.ack.AbortAcknowledgements(ctx); {
+		switch aerr := r.abort(ctx); {
 		case errors.Is(aerr, kshare.ErrCommitted):
 			err = nil
 		case aerr == nil:
@@ -195,10 +202,18 @@ func (r *reader) ended(ctx context.Context, err error) error {
 	if !errors.Is(err, kshare.ErrAbortable) {
 		return err
 	}
-	if aerr := r.ack.AbortAcknowledgements(ctx); aerr != nil {
+	if aerr := r.abort(ctx); aerr != nil {
 		return fmt.Errorf("%v; ending its transaction: %w", err, aerr)
 	}
 	return err
+}
+
+// abort ends the acknowledger's transaction (learning an in-doubt
+// outcome) in a context of its own: ctx may be what made the commit fail.
+func (r *reader) abort(ctx context.Context) error {
+	abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.txnTimeout)
+	defer cancel()
+	return r.ack.AbortAcknowledgements(abortCtx)
 }
 
 // Close drops the staged checkpoints (the acknowledger first: the

@@ -94,14 +94,9 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		w.Hooks.Polled(records)
-		// A poll returns up to TxnSize records per partition leader; each
-		// transaction takes at most TxnSize.
-		for len(records) > 0 {
-			n := min(len(records), w.TxnSize)
-			if err := transaction(ctx, w, cons, prod, records[:n]); err != nil {
-				return err
-			}
-			records = records[n:]
+		// A poll returns at most TxnSize records: one transaction.
+		if err := transaction(ctx, w, cons, prod, records); err != nil {
+			return err
 		}
 	}
 }
@@ -113,10 +108,17 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 // stop.
 func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer, prod *producer.Producer, records []*kgo.Record) error {
 	// A transaction that has begun is finished even when ctx ends, within
-	// the transaction timeout: a commit cut short might have committed
-	// without the worker knowing.
+	// the transaction timeout (past it, it can no longer commit): a commit
+	// cut short might have committed without the worker knowing.
 	txnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.TxnTimeout)
 	defer cancel()
+	// Ending a failed transaction gets time of its own: txnCtx may be what
+	// ran out.
+	abort := func() error {
+		abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.TxnTimeout)
+		defer cancel()
+		return prod.AbortTransaction(abortCtx)
+	}
 	if err := prod.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err) // fenced, fatal or closed
 	}
@@ -148,10 +150,15 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 		w.Hooks.Ended(records, len(accepted), nil)
 		return nil
 	case errors.Is(err, kshare.ErrAbortable):
-		// The output is discarded and the records come back at once. An
-		// abort that fails leaves the producer unable to go on.
-		if aerr := prod.AbortTransaction(txnCtx); aerr != nil {
+		// The output is discarded and the records come back at once: those
+		// whose acknowledgements were staged with the abort, the others
+		// with Release. An abort that fails leaves the producer unable to
+		// go on.
+		if aerr := abort(); aerr != nil {
 			return fmt.Errorf("abort after %v: %w", err, aerr)
+		}
+		if _, rerr := cons.Release(records); rerr != nil {
+			return rerr
 		}
 		w.Logger.Info("transaction aborted; its records come back to the group", "records", len(records), "err", err)
 		w.Hooks.Ended(records, 0, err)
@@ -159,7 +166,7 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 	case errors.Is(err, kshare.ErrInDoubt):
 		// The commit was sent and its answer lost: it committed entirely
 		// or not at all. The abort learns which.
-		switch aerr := prod.AbortTransaction(txnCtx); {
+		switch aerr := abort(); {
 		case errors.Is(aerr, kshare.ErrCommitted):
 			w.Hooks.Ended(records, len(accepted), nil)
 			return nil

@@ -1,0 +1,278 @@
+package shareconsumer_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/shareconsumer"
+)
+
+// Records fetched ahead of Poll are renewed until Poll returns them, so
+// that an application slower than the lock never loses a delivery of a
+// record it has not seen: the records of the second Poll, fetched while
+// the application held the first ones for several lock durations, come
+// with delivery count 1, and none expired unseen. (Without the renewal
+// the fetched-ahead locks ran out, the next leader's fetch took the
+// records' second delivery, and with L leaders a record could use about
+// L deliveries without ever being returned.)
+func TestFetchedAheadRecordsAreRenewedUntilPolled(t *testing.T) {
+	const partitions, perPoll = 3, 10
+	e := newEnv(t, broker.Nodes(3), broker.ShareLockDuration(time.Second))
+	e.createTopic("t", partitions)
+	e.groupConfig("g")
+	e.produce("t", partitions, values("v", 3*perPoll*partitions)...)
+	c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(perPoll))
+
+	first, err := c.Poll(e.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, first)
+	// The application works on the first records for longer than the
+	// lock: the sessions' fetched-ahead records are renewed meanwhile, at
+	// least three times each (half a lock apart).
+	e.eventually("fetched-ahead records renewed three times over", func() bool {
+		// Each round renews the fetch every session holds.
+		return c.Metrics().LocksRenewed >= int64(3*perPoll*partitions)
+	})
+	seen := map[string]bool{}
+	for _, r := range first {
+		seen[string(r.Value)] = true
+	}
+	for len(seen) < 2*perPoll {
+		recs, err := c.Poll(e.ctx)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(recs), perPoll)
+		for _, r := range recs {
+			n, ok := c.DeliveryCount(r)
+			require.True(t, ok)
+			require.EqualValues(t, 1, n, "%q: a fetched-ahead record lost a delivery before Poll returned it", r.Value)
+			seen[string(r.Value)] = true
+		}
+	}
+	m := c.Metrics()
+	require.Zero(t, m.ExpiredUnseen)
+	require.Zero(t, m.Redelivered)
+}
+
+// MaxPollRecords is a maximum: however many leaders have records and
+// however the records are batched (one batch of 200 per partition here), a
+// Poll returns at most that many, and the records left over wait for the
+// next Poll, each delivered once. A leader with ShareFetch v2 acquires at
+// most that many (the record-limit acquire mode); one with v1 only hands
+// out whole batches, which the consumer splits across Polls.
+func TestMaxPollRecordsIsAMaximum(t *testing.T) {
+	const partitions, n, limit = 3, 600, 70
+	for name, opts := range map[string][]broker.Opt{
+		"record limit":  nil,
+		"whole batches": {broker.APIVersionCap(kmsg.ShareFetch.Int16(), 1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, append(opts, broker.Nodes(3))...)
+			e.createTopic("t", partitions)
+			e.groupConfig("g")
+			e.produce("t", partitions, values("v", n)...)
+			c := e.consumer("g", "t", shareconsumer.MaxPollRecords(limit))
+			seen := map[string]int{}
+			for len(seen) < n {
+				recs, err := c.Poll(e.ctx)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(recs), limit, "a Poll returned more than MaxPollRecords")
+				for _, r := range recs {
+					seen[string(r.Value)]++
+				}
+			}
+			for v, k := range seen {
+				require.Equal(t, 1, k, "%s delivered %d times", v, k)
+			}
+			require.Zero(t, c.Metrics().ExpiredUnseen)
+		})
+	}
+}
+
+// A consumer fetches nothing before its first Poll, so that one created
+// long before it is used holds nothing from the group: the consumer that
+// polls gets every record.
+func TestNoFetchBeforeTheFirstPoll(t *testing.T) {
+	const partitions, n = 2, 40
+	e := newEnv(t, broker.Nodes(2), broker.ShareLockDuration(time.Hour))
+	e.createTopic("t", partitions)
+	e.groupConfig("g")
+	e.produce("t", partitions, values("v", n)...)
+	idle := e.consumer("g", "t")
+	e.eventually("the idle consumer joined with an assignment", func() bool { return len(idle.Assigned()) > 0 })
+	busy := e.consumer("g", "t")
+	seen := poll(e.ctx, t, busy, n, nil) // with a one-hour lock, records the idle one held would never come
+	require.Len(t, seen, n)
+	require.Zero(t, idle.Metrics().RecordsDelivered)
+}
+
+// An application that stops polling gets what was fetched ahead for it
+// released after MaxPollInterval, and nothing more is fetched for it until
+// it polls again: another member gets those records.
+func TestMaxPollIntervalReleasesFetchedAhead(t *testing.T) {
+	const n, perPoll = 40, 10
+	e := newEnv(t, broker.ShareLockDuration(time.Hour))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, values("v", n)...)
+	slow := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional),
+		shareconsumer.MaxPollRecords(perPoll), shareconsumer.MaxPollInterval(500*time.Millisecond))
+	first := pollRecords(e.ctx, t, slow, perPoll)
+	e.eventually("the records fetched ahead released", func() bool { return slow.Metrics().ReleasedUnseen > 0 })
+	other := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional))
+	seen := poll(e.ctx, t, other, n-len(first), nil)
+	for _, r := range first {
+		require.NotContains(t, seen, string(r.Value), "the slow consumer still holds what Poll returned")
+	}
+}
+
+// Release gives polled records back to the group at once: with a lock of
+// an hour they could otherwise not come back within the test. It skips
+// what the consumer no longer holds, and is refused outside
+// Transactional mode.
+func TestReleaseGivesRecordsBackAtOnce(t *testing.T) {
+	const n = 20
+	e := newEnv(t, broker.ShareLockDuration(time.Hour))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, values("v", n)...)
+	c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional))
+	recs := pollRecords(e.ctx, t, c, n)
+	released, err := c.Release(append(recs, nil))
+	require.NoError(t, err)
+	require.Equal(t, n, released)
+	again, err := c.Release(recs)
+	require.NoError(t, err)
+	require.Zero(t, again, "released records are no longer held")
+	require.EqualValues(t, n, c.Metrics().Released)
+
+	poll(e.ctx, t, c, n, func(r *kgo.Record) {
+		d, _ := c.DeliveryCount(r)
+		require.EqualValues(t, 2, d, "%q came back before its lock ran out: its second delivery", r.Value)
+	})
+
+	implicit := e.consumer("g", "t")
+	_, err = implicit.Release(recs)
+	require.ErrorContains(t, err, "not valid in implicit mode")
+}
+
+// On a broker that cannot renew locks (no ShareAcknowledge v2) a consumer
+// does not fetch ahead of Poll, since nothing could keep the fetched
+// records' locks until Poll returns them: another member gets everything
+// but what the first one's Poll returned.
+func TestNoFetchAheadWithoutRenew(t *testing.T) {
+	const n, perPoll = 60, 10
+	e := newEnv(t, broker.ShareLockDuration(time.Hour), broker.APIVersionCap(kmsg.ShareAcknowledge.Int16(), 1))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, values("v", n)...)
+	first := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(perPoll))
+	got := pollRecords(e.ctx, t, first, perPoll)
+	other := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional))
+	seen := poll(e.ctx, t, other, n-len(got), nil) // an hour-long lock on fetched-ahead records would keep some away
+	require.Len(t, seen, n-len(got))
+}
+
+// A group that begins to read a partition at its latest offset while the
+// partition already has records says so once, at INFO, naming the
+// records it skipped; one that reads from the earliest offset does not.
+func TestStartAtLatestIsLogged(t *testing.T) {
+	e := newEnv(t)
+	e.createTopic("t", 1)
+	e.produce("t", 1, values("old", 5)...)
+	for _, tc := range []struct {
+		group    string
+		earliest bool
+	}{{"latest-group", false}, {"earliest-group", true}} {
+		if tc.earliest {
+			e.groupConfig(tc.group)
+		}
+		logs := &lineLog{}
+		c := e.consumer(tc.group, "t", shareconsumer.Logger(slog.New(logs)))
+		if tc.earliest {
+			poll(e.ctx, t, c, 5, nil)
+		} else {
+			// A record written after the group began is delivered;
+			// the five before it are not.
+			e.eventually("the group began reading", func() bool {
+				pctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+				defer cancel()
+				c.Poll(pctx)
+				_, ok := e.startOffsets(tc.group, "t")[0]
+				return ok
+			})
+		}
+		t.Cleanup(func() { if t.Failed() { t.Log(strings.Join(logs.lines, "\n")) } })
+		e.eventually("the start-offset check done", func() bool { return logs.find("start-offset check done") != "" })
+		require.NoError(t, c.Close(e.ctx))
+		line := logs.find("began reading partitions at their latest offset")
+		if tc.earliest {
+			require.Empty(t, line, "a group reading from the earliest offset skipped nothing")
+			continue
+		}
+		require.Contains(t, line, "records_skipped=5")
+		require.Contains(t, line, "t/0 from offset 5")
+	}
+}
+
+// lineLog is a slog.Handler that keeps every line logged.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *lineLog) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.Key + "=" + a.Value.String())
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *lineLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lineLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *lineLog) find(substr string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			return line
+		}
+	}
+	return ""
+}
+
+// A leader with ShareFetch v2 acquires no more than MaxPollRecords per
+// fetch (the record-limit acquire mode, KIP-1206), even inside one big
+// record batch: what one consumer holds is its Poll and one fetch ahead,
+// and another member gets the rest at once (with a lock of an hour, it
+// could not get records the first one had acquired).
+func TestRecordLimitAcquiresNoMore(t *testing.T) {
+	const n, perPoll = 100, 10
+	e := newEnv(t, broker.ShareLockDuration(time.Hour))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, values("v", n)...) // one batch
+	first := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(perPoll))
+	got := pollRecords(e.ctx, t, first, perPoll)
+	require.Len(t, got, perPoll)
+	other := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional))
+	seen := poll(e.ctx, t, other, n-2*perPoll, nil)
+	require.GreaterOrEqual(t, len(seen), n-2*perPoll)
+}

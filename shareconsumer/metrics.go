@@ -1,0 +1,73 @@
+package shareconsumer
+
+import (
+	"time"
+)
+
+// Metrics is a snapshot of a Consumer's counters since New.
+type Metrics struct {
+	// RecordsDelivered counts the records Poll returned, and Redelivered
+	// those of them the broker had delivered before (delivery count above
+	// 1).
+	RecordsDelivered, Redelivered int64
+	// LocksRenewed counts record locks a RENEW renewed: records staged in
+	// a transaction or checkpoint, records fetched ahead of Poll, and,
+	// with RenewHeldLocks, records Poll returned. RenewalsRefused counts
+	// records whose renewal the broker refused or that could not be
+	// renewed before their lock ended (their lock then runs out).
+	LocksRenewed, RenewalsRefused int64
+	// ExpiredUnseen counts records fetched ahead of Poll whose lock ran
+	// out before Poll returned them: the broker delivers them again, and
+	// that delivery counts towards the group's delivery limit although the
+	// application never saw the record. The consumer renews such records
+	// to prevent it; a nonzero count means renewals failed or the broker
+	// cannot renew (each occurrence is logged at WARN).
+	ExpiredUnseen int64
+	// ReleasedUnseen counts records fetched ahead of Poll that the consumer
+	// gave back without Poll returning them: no Poll came for
+	// MaxPollInterval, or the consumer closed.
+	ReleasedUnseen int64
+	// Released counts the records Poll returned that the consumer released
+	// (Release, an aborted transaction or checkpoint, Close).
+	Released int64
+}
+
+// Metrics returns a snapshot of the consumer's counters.
+func (c *Consumer) Metrics() Metrics {
+	if !c.made() {
+		return Metrics{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.metrics
+}
+
+// unseenWarnEvery bounds how often expiries of records fetched ahead are
+// logged: at most once per interval, with the count since the last line.
+const unseenWarnEvery = 10 * time.Second
+
+// noteExpiredUnseenLocked counts n records fetched ahead whose lock ran
+// out before Poll returned them, and warns about them at most once every
+// unseenWarnEvery.
+func (c *Consumer) noteExpiredUnseenLocked(n int, tp string, partition int32, now time.Time) {
+	if n == 0 {
+		return
+	}
+	c.metrics.ExpiredUnseen += int64(n)
+	c.unseenSinceWarn += int64(n)
+	if !c.unseenWarnAt.IsZero() && now.Sub(c.unseenWarnAt) < unseenWarnEvery {
+		return
+	}
+	c.logger.Warn("records fetched ahead of Poll lost their acquisition lock before Poll returned them; the broker delivers them again, and the lost delivery counts towards the group's delivery limit",
+		"records", c.unseenSinceWarn, "last_topic", tp, "last_partition", partition, "total", c.metrics.ExpiredUnseen, "hint", c.unseenHintLocked())
+	c.unseenWarnAt = now
+	c.unseenSinceWarn = 0
+}
+
+// unseenHintLocked says why records fetched ahead may have expired.
+func (c *Consumer) unseenHintLocked() string {
+	if len(c.renewMissing) > 0 {
+		return "a broker cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222)"
+	}
+	return "lock renewals failed (see debug logs) or the lock is shorter than a round trip"
+}
