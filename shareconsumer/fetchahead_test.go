@@ -210,7 +210,11 @@ func TestStartAtLatestIsLogged(t *testing.T) {
 				return ok
 			})
 		}
-		t.Cleanup(func() { if t.Failed() { t.Log(strings.Join(logs.lines, "\n")) } })
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(strings.Join(logs.lines, "\n"))
+			}
+		})
 		e.eventually("the start-offset check done", func() bool { return logs.find("start-offset check done") != "" })
 		require.NoError(t, c.Close(e.ctx))
 		line := logs.find("began reading partitions at their latest offset")
