@@ -15,10 +15,18 @@ package broker
 // the records of transactions still open there. They are appended again
 // at the end of the log in their original order, through the same append
 // path as any coordinator write, and the log start then moves past
-// everything before them. Replaying the compacted log therefore yields the
-// state the whole log yielded: decided transactional records come back as
-// plain ones (their markers are gone with them), undecided ones as
+// everything before them that is older than a minute (compactKeep).
+// Replaying the compacted log therefore yields the state the whole log
+// yielded: the kept recent records come first and the rewritten ones
+// after them replace what they set (a snapshot replaces its share-partition,
+// a later record of a key wins, a staged acknowledgement kept twice
+// resolves twice to the same state); decided transactional records come
+// back as plain ones (their markers are gone with them), undecided ones as
 // records of the same producer and epoch, whose marker is still to come.
+// Keeping the last minute as it was written lets a reader that follows a
+// coordinator log (the examples' verification follows __share_group_state
+// to learn how each record ended) keep up, as Kafka's coordinator logs,
+// compacted by segment and pruned every few minutes, let it.
 
 import (
 	"sort"
@@ -81,7 +89,7 @@ func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
 		return
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return kept[i].order < kept[j].order })
-	cut := p.next
+	cut := c.compactionCut(p, now)
 	p.compacting = true // the rewrite itself must not schedule another
 	defer func() { p.compacting = false }()
 	firstOf := make(map[int64]int64)
@@ -123,6 +131,37 @@ func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
 	c.stats.compactions++
 	c.logger.Debug("coordinator log compacted", "topic", p.topic.name, "partition", p.index,
 		"bytes_before", before, "bytes_after", p.bytes, "batches_before", beforeBatches, "batches_after", len(p.batches))
+}
+
+// compactKeepBytes bounds the recent records a compaction keeps as they
+// were appended, per partition: a flood of coordinator writes does not
+// keep more than this past its compaction.
+const compactKeepBytes = 4 << 20
+
+// compactionCut returns where p's log starts after a compaction: past
+// every record but those appended within compactKeep, of which it keeps
+// the newest up to compactKeepBytes (and, under a MaxBytes budget, a
+// sixteenth of the budget).
+func (c *Cluster) compactionCut(p *partition, now time.Time) int64 {
+	cut := p.next
+	if c.cfg.compactKeep <= 0 {
+		return cut
+	}
+	limit := int64(compactKeepBytes)
+	if c.cfg.maxBytes > 0 {
+		limit = min(limit, c.cfg.maxBytes/16)
+	}
+	since := now.Add(-c.cfg.compactKeep)
+	var kept int64
+	for i := len(p.batches) - 1; i >= 0; i-- {
+		b := p.batches[i]
+		if b.appendedAt.Before(since) || kept+int64(len(b.raw)) > limit {
+			break
+		}
+		kept += int64(len(b.raw))
+		cut = b.base
+	}
+	return cut
 }
 
 // openTxnsIntact reports whether every kept transactional record can be

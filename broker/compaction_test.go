@@ -14,17 +14,25 @@ import (
 	"github.com/kshare-go/kshare/wire"
 )
 
-// forceCompaction compacts an internal partition now, whatever its size.
+// forceCompaction compacts an internal partition now, whatever its size,
+// keeping none of its recent history as it was appended.
 func forceCompaction(t testing.TB, c *Cluster, topic string, index int32) {
+	t.Helper()
+	compactNow(t, c, topic, index, 0)
+}
+
+// compactNow compacts an internal partition now, whatever its size,
+// keeping the records appended within keep as they are.
+func compactNow(t testing.TB, c *Cluster, topic string, index int32, keep time.Duration) {
 	t.Helper()
 	var before, after int
 	require.NoError(t, c.do(func() {
 		p := c.partitionOf(topic, index)
 		before = c.stats.compactions
-		margin := c.cfg.compactMinBytes
-		p.compactedBytes, c.cfg.compactMinBytes = 0, 0
+		margin, was := c.cfg.compactMinBytes, c.cfg.compactKeep
+		p.compactedBytes, c.cfg.compactMinBytes, c.cfg.compactKeep = 0, 0, keep
 		c.compactors[topic](p, time.Now())
-		c.cfg.compactMinBytes = margin
+		c.cfg.compactMinBytes, c.cfg.compactKeep = margin, was
 		after = c.stats.compactions
 	}))
 	require.Equal(t, before+1, after, "%s-%d was not compacted", topic, index)
@@ -44,7 +52,7 @@ func reloadShard(t testing.TB, c *Cluster, topic string, index int32) {
 
 func TestTransactionStateLogFollowsLiveState(t *testing.T) {
 	c := newTestCluster(t)
-	require.NoError(t, c.do(func() { c.cfg.compactMinBytes = 4 << 10 }))
+	require.NoError(t, c.do(func() { c.cfg.compactMinBytes, c.cfg.compactKeep = 4<<10, 0 }))
 	createTopic(t, c, "out", 1)
 	const txnID = "busy-producer"
 	node := txnCoordinatorNode(t, c, txnID)
@@ -137,7 +145,7 @@ func TestShareStateCompactionKeepsStagedAcknowledgements(t *testing.T) {
 // bounded without any forcing.
 func TestCompactionRunsByItselfAndBoundsShareStateLog(t *testing.T) {
 	c := newTestCluster(t)
-	require.NoError(t, c.do(func() { c.cfg.compactMinBytes = 4 << 10 }))
+	require.NoError(t, c.do(func() { c.cfg.compactMinBytes, c.cfg.compactKeep = 4<<10, 0 }))
 	createTopic(t, c, "work", 1)
 	admin := newTestClient(t, c)
 	shareSetGroupConfigs(t, admin, "g", "share.auto.offset.reset", "earliest")
@@ -188,4 +196,41 @@ func TestConsumerGroupsSurviveCompaction(t *testing.T) {
 	}
 	m1.heartbeat() // the members go on where they were
 	require.Len(t, m1.partitionsOf("cg-in"), 1)
+}
+
+// TestCompactionKeepsRecentHistory: a compaction keeps the records of the
+// last compactKeep as they were appended, so that a reader following
+// __share_group_state from before the compaction still reads every record
+// written since (the log start does not pass its position), and the log
+// with that history kept replays to the same share state, staged
+// acknowledgements of an open transaction included; without keep, the
+// log start passes the reader.
+func TestCompactionKeepsRecentHistory(t *testing.T) {
+	for _, keep := range []time.Duration{time.Minute, 0} {
+		c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "600000")
+		key := shareStateKey("g", m1.topicID("in"), 0)
+		index := c.CoordinatorPartition(coordinatorShare, key)
+		var follower int64
+		require.NoError(t, c.do(func() { follower = c.partitionOf(wire.ShareGroupStateTopic, index).next }))
+		require.NoError(t, m1.acknowledge("in", 0, 0, 2, wire.AckAccept))
+		pid, epoch := shareTxnBegin(t, c, "tx")
+		_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{3, 5, wire.AckAccept})
+		require.NoError(t, part)
+		before := shareRecordStates(t, c, "g", "in", 0)
+		compactNow(t, c, wire.ShareGroupStateTopic, index, keep)
+		var logStart int64
+		require.NoError(t, c.do(func() { logStart = c.partitionOf(wire.ShareGroupStateTopic, index).logStart }))
+		if keep == 0 {
+			require.Greater(t, logStart, follower, "without keep the compaction drops the history")
+			continue
+		}
+		require.LessOrEqual(t, logStart, follower, "the records the follower has not read yet are kept")
+		reloadShard(t, c, wire.ShareGroupStateTopic, index)
+		require.Equal(t, before, shareRecordStates(t, c, "g", "in", 0), "the log with its history kept replays to the same state")
+		require.NoError(t, txnErr(txnEnd(t, c, txnCoordinatorNode(t, c, "tx"), 5, "tx", pid, epoch, true).ErrorCode))
+		shareEventually(t, testCtx(t), "the staged records committed once", func() bool {
+			return shareRecordStates(t, c, "g", "in", 0)[shareAcquired] == 4
+		})
+		require.Equal(t, int64(6), shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset)
+	}
 }

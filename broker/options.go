@@ -70,6 +70,10 @@ type config struct {
 	// past twice its size after the last compaction before it is
 	// compacted again; tests lower it.
 	compactMinBytes int64
+	// compactKeep is how long compaction keeps a coordinator log's records
+	// as they were appended: a reader that follows the log (a tool tailing
+	// __share_group_state) and lags by less loses none of its history.
+	compactKeep time.Duration
 }
 
 func defaultConfig() config {
@@ -101,6 +105,7 @@ func defaultConfig() config {
 		readTimeout:               30 * time.Second,
 		connectionsMaxIdle:        10 * time.Minute,
 		compactMinBytes:           1 << 20,
+		compactKeep:               time.Minute,
 	}
 }
 

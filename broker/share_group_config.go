@@ -210,12 +210,13 @@ func (d *groupConfigDef) normalize(cfg *config, v string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%s: %q is not a 32-bit integer", d.name, v)
 		}
-		lo, hi := d.min, d.max
+		lo, hi, hint := d.min, d.max, ""
 		if d.bounds != nil {
 			lo, hi = d.bounds(cfg)
+			hint = " (the broker's bounds: ShareLockDurationBounds, kshare-broker -min-lock-duration and -max-lock-duration; Kafka's group.share.min/max.record.lock.duration.ms)"
 		}
 		if n < lo || n > hi {
-			return "", fmt.Errorf("%s: %d is not in [%d, %d]", d.name, n, lo, hi)
+			return "", fmt.Errorf("%s: %d is not in [%d, %d]%s", d.name, n, lo, hi, hint)
 		}
 		return strconv.FormatInt(n, 10), nil
 	case kmsg.ConfigTypeBoolean:

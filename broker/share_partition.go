@@ -116,6 +116,11 @@ type sharePartition struct {
 	// Offsets changed since the last write to __share_group_state.
 	dirtyLo, dirtyHi int64
 	persistedStart   int64
+	// left holds the final states of changed offsets that the start offset
+	// passed since the last write: the next update names them too, so that
+	// the state log says how every record ended (ACKNOWLEDGED or
+	// ARCHIVED), not only that the start offset passed it.
+	left []shareStateBatch
 
 	locks *timer // fires at nextDeadline while records are acquired
 
@@ -203,10 +208,14 @@ func (sp *sharePartition) release(off int64, deliveries int16, limit int32) {
 	sp.set(off, shareRecord{state: shareAvailable, deliveries: deliveries})
 }
 
-// advance moves the start offset past the done records at its head.
+// advance moves the start offset past the done records at its head,
+// keeping the final states of those changed since the last write in left.
 func (sp *sharePartition) advance() {
 	n := 0
 	for n < len(sp.recs) && (sp.recs[n].state == shareAcknowledged || sp.recs[n].state == shareArchived) {
+		if off := sp.start + int64(n); off >= sp.dirtyLo && off <= sp.dirtyHi {
+			sp.left = appendStateBatch(sp.left, off, sp.recs[n].persisted())
+		}
 		n++
 	}
 	if n == 0 {
@@ -216,21 +225,27 @@ func (sp *sharePartition) advance() {
 	sp.start += int64(n)
 }
 
+// appendStateBatch adds offset off in persisted state r to batches, which
+// are in offset order, coalescing runs.
+func appendStateBatch(batches []shareStateBatch, off int64, r persistedRecord) []shareStateBatch {
+	if n := len(batches); n > 0 && batches[n-1].Last == off-1 && batches[n-1].State == r.state && batches[n-1].Deliveries == r.deliveries {
+		batches[n-1].Last = off
+		return batches
+	}
+	return append(batches, shareStateBatch{First: off, Last: off, State: r.state, Deliveries: r.deliveries})
+}
+
 // takeUpdate returns the update record for the changes since the last one,
 // or nil when nothing persisted changed.
 func (sp *sharePartition) takeUpdate() *shareStateValue {
 	if sp.dirtyLo > sp.dirtyHi && sp.start == sp.persistedStart {
 		return nil
 	}
-	v := &shareStateValue{Kind: shareKindUpdate, StateEpoch: sp.stateEpoch, StartOffset: sp.start}
+	v := &shareStateValue{Kind: shareKindUpdate, StateEpoch: sp.stateEpoch, StartOffset: sp.start, Batches: sp.left}
+	sp.left = nil
 	lo, hi := max(sp.dirtyLo, sp.start), min(sp.dirtyHi, sp.end()-1)
 	for o := lo; o <= hi && sp.dirtyLo <= sp.dirtyHi; o++ {
-		r := sp.recs[o-sp.start].persisted()
-		if n := len(v.Batches); n > 0 && v.Batches[n-1].State == r.state && v.Batches[n-1].Deliveries == r.deliveries {
-			v.Batches[n-1].Last = o
-			continue
-		}
-		v.Batches = append(v.Batches, shareStateBatch{First: o, Last: o, State: r.state, Deliveries: r.deliveries})
+		v.Batches = appendStateBatch(v.Batches, o, sp.recs[o-sp.start].persisted())
 	}
 	sp.dirtyLo, sp.dirtyHi = 1, 0
 	sp.persistedStart = sp.start

@@ -428,3 +428,51 @@ func TestShareFetchAcquireModes(t *testing.T) {
 		})
 	}
 }
+
+// TestShareStateLogNamesHowEveryRecordEnded: an update written when the
+// start offset passes records names their final state (ACKNOWLEDGED or
+// ARCHIVED), so that a reader of __share_group_state learns how each
+// record ended, not only that it is done: offsets 0-4 accepted, 5-6
+// rejected, 7-9 released until the delivery limit archived them.
+func TestShareStateLogNamesHowEveryRecordEnded(t *testing.T) {
+	c := shareTopicSetup(t, "share.delivery.count.limit", "2")
+	m1 := shareJoin(t, c, "g", "m1", "in")
+	require.Len(t, m1.fetch("in", 0), 10)
+	require.NoError(t, m1.acknowledge("in", 0, 7, 9, wire.AckRelease))
+	require.NoError(t, m1.acknowledge("in", 0, 5, 6, wire.AckReject))
+	require.Len(t, m1.fetch("in", 0), 3) // 7-9, second delivery
+	require.NoError(t, m1.acknowledge("in", 0, 7, 9, wire.AckRelease))
+	require.NoError(t, m1.acknowledge("in", 0, 0, 4, wire.AckAccept))
+
+	final := map[int64]int8{}
+	var starts []int64
+	require.NoError(t, c.do(func() {
+		for _, p := range c.topics[wire.ShareGroupStateTopic].partitions {
+			for _, b := range p.batches {
+				recs, _ := decodeRecords(b.raw)
+				for _, r := range recs {
+					v, err := decodeShareStateValue(r.value)
+					if err != nil || v == nil || v.Kind != shareKindUpdate {
+						continue
+					}
+					starts = append(starts, v.StartOffset)
+					for _, sb := range v.Batches {
+						for o := sb.First; o <= sb.Last; o++ {
+							if sb.State == persistAcknowledged || sb.State == persistArchived {
+								final[o] = sb.State
+							}
+						}
+					}
+				}
+			}
+		}
+	}))
+	require.Equal(t, int64(10), starts[len(starts)-1], "every record is done")
+	for o := int64(0); o < 10; o++ {
+		want := persistArchived
+		if o < 5 {
+			want = persistAcknowledged
+		}
+		require.Equal(t, want, final[o], "offset %d", o)
+	}
+}

@@ -311,7 +311,7 @@ func (r *run) verify(t testing.TB, archived map[string]eos.Archive, elapsed time
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := r.startOffsets(t)
-	check, err := eos.ReadCommitted(ctx, r.c.seeds, r.out, r.input, start, archived, 30*time.Second)
+	check, err := eos.ReadCommitted(ctx, r.c.seeds, r.out, r.input, start, eos.Endings{Archived: archived}, 30*time.Second)
 	require.NoError(t, err)
 	res := eos.NewResult(check, "", elapsed)
 	t.Logf("%s: %s (inputs %d, outputs %d, acknowledged %d, rejected %d, duplicates %d, missing %d)",

@@ -145,6 +145,8 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 	}
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
+	state, stateWhy := followShareState(run.run, cfg.Seeds, adm, cfg.Group, in)
+	defer state.stop()
 
 	stats := &checkpointStats{}
 	sink := newCommittedSink(cfg.Records)
@@ -181,8 +183,8 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 		return CheckpointSummary{}, err
 	}
 	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
-		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(_ context.Context, start map[int32]int64) (Check, error) {
-			return sink.check(in, start, stats.archivedValues()), nil
+		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
+			return sink.check(in, start, state.endings(ctx, adm, in, stats.archivedValues(), stateWhy)), nil
 		})
 	})
 	if err != nil {

@@ -129,11 +129,11 @@ func (s *Sink) total() int64 {
 }
 
 // check compares the sink with the input, given the group's start offsets
-// and the archived inputs (see ReadCommitted).
-func (s *Sink) check(in *Input, start map[int32]int64, archived map[string]Archive) Check {
+// and what is known of how inputs ended (see ReadCommitted).
+func (s *Sink) check(in *Input, start map[int32]int64, ends Endings) Check {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return checkCounts(s.counts, int(s.n), in, start, archived)
+	return checkCounts(s.counts, int(s.n), in, start, ends)
 }
 
 // readerTask runs one source reader: it delivers the coordinator's

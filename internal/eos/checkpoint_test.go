@@ -17,7 +17,7 @@ func TestSinkCheckFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	require.Equal(t, int64(9), sink.total())
 
 	in := testInput(10, 0)
-	check := sink.check(in, allAcknowledged(in), map[string]Archive{ID(7): ArchivedByFailure})
+	check := sink.check(in, allAcknowledged(in), Endings{Archived: map[string]Archive{ID(7): ArchivedByFailure}})
 	require.Equal(t, 10, check.Inputs)
 	require.Equal(t, 9, check.Outputs)
 	require.Equal(t, 1, check.Duplicates)
@@ -39,10 +39,10 @@ func TestSinkCheckOKAndUnacknowledged(t *testing.T) {
 	sink := newCommittedSink(3)
 	sink.Commit([]string{ID(2), ID(0), ID(1)})
 	in := testInput(3, 0)
-	sum := CheckpointSummary{Result: NewResult(sink.check(in, allAcknowledged(in), nil), "", time.Second)}
+	sum := CheckpointSummary{Result: NewResult(sink.check(in, allAcknowledged(in), Endings{}), "", time.Second)}
 	require.True(t, sum.OK)
 	require.Equal(t, "exactly-once: OK", sum.Line())
-	sum = CheckpointSummary{Result: NewResult(sink.check(in, map[int32]int64{0: 1}, nil), "", time.Second)}
+	sum = CheckpointSummary{Result: NewResult(sink.check(in, map[int32]int64{0: 1}, Endings{}), "", time.Second)}
 	require.False(t, sum.OK)
 	require.Equal(t, "exactly-once: FAILED (2 inputs not acknowledged)", sum.Line())
 }

@@ -87,10 +87,10 @@ func TestMainHelpNamesEveryFlagAndExitCode(t *testing.T) {
 func TestMainReportsVerdictsWithTheirExitCodes(t *testing.T) {
 	in := testInput(10, 0)
 	counts, outputs := outputsOf(in, nil)
-	ok := Summary{Result: NewResult(checkCounts(counts, outputs, in, allAcknowledged(in), nil), "", time.Second)}
+	ok := Summary{Result: NewResult(checkCounts(counts, outputs, in, allAcknowledged(in), Endings{}), "", time.Second)}
 	counts[ID(3)]++
-	failed := Summary{Result: NewResult(checkCounts(counts, outputs+1, in, allAcknowledged(in), nil), "", time.Second)}
-	incomplete := Summary{Result: NewResult(checkCounts(map[string]int{}, 0, in, nil, nil), "max duration 1s", time.Second)}
+	failed := Summary{Result: NewResult(checkCounts(counts, outputs+1, in, allAcknowledged(in), Endings{}), "", time.Second)}
+	incomplete := Summary{Result: NewResult(checkCounts(map[string]int{}, 0, in, nil, Endings{}), "max duration 1s", time.Second)}
 	for _, tc := range []struct {
 		sum     Summary
 		code    int

@@ -2,6 +2,7 @@ package eos
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/shareconsumer"
 )
 
 func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
@@ -31,7 +34,7 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	const n = 500
 	in, err := WriteInput(ctx, seeds, "out", n, 0, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, time.Second)
+	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), Endings{}, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, VerdictOK, NewResult(check, "", time.Second).Verdict)
 	require.Equal(t, n, check.Outputs)
@@ -47,7 +50,7 @@ func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
 	)
 	require.NoError(t, produced.FirstErr())
 	bigger := testInput(n+3, 0)
-	check, err = ReadCommitted(ctx, seeds, "out", bigger, allAcknowledged(bigger), map[string]Archive{ID(n + 2): ArchivedByFailure}, time.Second)
+	check, err = ReadCommitted(ctx, seeds, "out", bigger, allAcknowledged(bigger), Endings{Archived: map[string]Archive{ID(n + 2): ArchivedByFailure}}, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 1, check.Duplicates)
 	require.Equal(t, []string{ID(7)}, check.DuplicateSample)
@@ -89,14 +92,85 @@ func TestReadCommittedWaitsForOpenTransactions(t *testing.T) {
 	require.NoError(t, txn.ProduceSync(ctx, &kgo.Record{Value: []byte(ID(0))}).FirstErr())
 
 	in := testInput(1, 0)
-	_, err = ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, 300*time.Millisecond)
+	_, err = ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), Endings{}, 300*time.Millisecond)
 	require.ErrorContains(t, err, "still has an open transaction")
 
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		_ = txn.EndTransaction(context.Background(), kgo.TryCommit)
 	}()
-	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), nil, 10*time.Second)
+	check, err := ReadCommitted(ctx, seeds, "out", in, allAcknowledged(in), Endings{}, 10*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 1, check.Outputs, "the output committed after the wait is seen")
+}
+
+// The share-state watch learns how the broker ended each input from
+// __share_group_state: records accepted, rejected, and released until the
+// delivery limit archived them, each with the state the broker gave it,
+// and nothing for records still in flight.
+func TestShareStateWatchLearnsHowInputsEnded(t *testing.T) {
+	c, err := broker.NewCluster(broker.Nodes(2), broker.GroupConfigDefault("share.auto.offset.reset", "earliest"),
+		broker.GroupConfigDefault("share.delivery.count.limit", "2"))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seeds := c.Bootstrap()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	_, err = adm.CreateTopic(ctx, 1, 1, nil, "in")
+	require.NoError(t, err)
+	in, err := WriteInput(ctx, seeds, "in", 12, 0, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	w, why := followShareState(ctx, seeds, adm, "g", in)
+	require.Empty(t, why)
+	defer w.stop()
+
+	cons, err := shareconsumer.New(shareconsumer.SeedBrokers(seeds...), shareconsumer.Group("g"), shareconsumer.Topics("in"),
+		shareconsumer.Mode(shareconsumer.Explicit))
+	require.NoError(t, err)
+	defer cons.Close(ctx)
+	decide := func(recs []*kgo.Record) {
+		for _, r := range recs {
+			typ := kshare.AckAccept
+			switch idx := indexOf(string(r.Value)); {
+			case idx >= 9: // left in flight
+				continue
+			case idx >= 6:
+				typ = kshare.AckRelease
+			case idx >= 3:
+				typ = kshare.AckReject
+			}
+			require.NoError(t, cons.Ack(r, typ))
+		}
+		require.NoError(t, cons.Commit(ctx))
+	}
+	for deliveries := 0; deliveries < 2; {
+		recs, err := cons.Poll(ctx)
+		require.NoError(t, err)
+		for _, r := range recs {
+			if indexOf(string(r.Value)) == 6 {
+				deliveries++
+			}
+		}
+		decide(recs)
+	}
+	ended, err := w.ended(ctx, adm, in)
+	require.NoError(t, err)
+	for i := range 12 {
+		want := map[bool]int8{true: stateAcknowledged}[i < 3]
+		if i >= 3 && i < 9 {
+			want = stateArchived
+		}
+		require.Equal(t, want, ended[i], "input %d", i)
+	}
+}
+
+// indexOf returns i for ID(i).
+func indexOf(id string) int {
+	var i int
+	fmt.Sscanf(id, "id-%d", &i)
+	return i
 }

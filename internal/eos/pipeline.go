@@ -215,6 +215,8 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	}
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
+	state, stateWhy := followShareState(run.run, cfg.Seeds, adm, cfg.Group, in)
+	defer state.stop()
 
 	stats := &runStats{}
 	pool := newWorkerPool(cfg, loop, stats, logs, run.fail)
@@ -234,7 +236,8 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	}
 	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
 		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
-			return ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, stats.archivedValues(), cfg.TxnTimeout+settleMargin)
+			ends := state.endings(ctx, adm, in, stats.archivedValues(), stateWhy)
+			return ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, ends, cfg.TxnTimeout+settleMargin)
 		})
 	})
 	if err != nil {

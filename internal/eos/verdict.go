@@ -84,6 +84,7 @@ func judge(c Check, stoppedBy string, elapsed time.Duration) (verdict, reason st
 	}
 	add(c.Duplicates, "duplicates")
 	add(c.Missing, "missing")
+	add(c.EndUnknown, "passed by the start offset with no output and no end in the share state")
 	add(c.ArchivedByFailure, "archived at the delivery limit after failures")
 	add(c.RejectedOutput, "outputs of rejected inputs")
 	add(c.Unknown, "unknown outputs")
@@ -136,12 +137,16 @@ func (r Result) rows(outputsName string) [][2]string {
 		{"inputs processed (output or rejected)", fmt.Sprint(r.Processed)},
 		{"inputs acknowledged (below start offsets)", fmt.Sprint(r.Acknowledged)},
 		{"duplicates", fmt.Sprint(r.Duplicates)},
-		{"missing", fmt.Sprint(r.Missing)},
+		{"missing (acknowledged, no output)", fmt.Sprint(r.Missing)},
 		{"rejected on purpose", fmt.Sprint(r.Rejected)},
 		{"archived after failures (delivery limit)", fmt.Sprint(r.ArchivedByFailure)},
 		{"archived after deliberate aborts", fmt.Sprint(r.ArchivedOnPurpose)},
 		{"outputs of rejected inputs", fmt.Sprint(r.RejectedOutput)},
 		{"unknown outputs", fmt.Sprint(r.Unknown)},
+		{"archived inputs known from", r.ShareState},
+	}
+	if r.EndUnknown > 0 {
+		rows = append(rows, [2]string{"no output, end unknown", fmt.Sprint(r.EndUnknown)})
 	}
 	if r.StoppedBy != "" {
 		rows = append(rows, [2]string{"stopped by", r.StoppedBy})

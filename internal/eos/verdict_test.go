@@ -173,7 +173,7 @@ func TestVerdictForEveryOutcome(t *testing.T) {
 				start = tc.start(in)
 			}
 			counts, outputs := tc.counts(in)
-			r := NewResult(checkCounts(counts, outputs, in, start, tc.archived), tc.stoppedBy, 3*time.Second)
+			r := NewResult(checkCounts(counts, outputs, in, start, Endings{Archived: tc.archived}), tc.stoppedBy, 3*time.Second)
 			require.Equal(t, tc.verdict, r.Verdict, r.Line())
 			require.Equal(t, tc.exit, r.ExitCode())
 			require.Equal(t, tc.verdict == VerdictOK, r.OK)
@@ -188,7 +188,7 @@ func TestIncompleteThroughputCountsWhatWasProcessed(t *testing.T) {
 	// 60 inputs output and acknowledged, but the start offsets stay
 	// behind a record still locked: only 30 are below them.
 	counts, outputs := outputsOf(in, func(i int) bool { return i >= 60 })
-	r := NewResult(checkCounts(counts, outputs, in, map[int32]int64{0: 10, 1: 10, 2: 10}, nil), "Ctrl-C (SIGINT)", 2*time.Second)
+	r := NewResult(checkCounts(counts, outputs, in, map[int32]int64{0: 10, 1: 10, 2: 10}, Endings{}), "Ctrl-C (SIGINT)", 2*time.Second)
 	require.Equal(t, VerdictIncomplete, r.Verdict)
 	require.Equal(t, 30, r.Acknowledged)
 	require.Equal(t, 270, r.Unacknowledged)
@@ -202,8 +202,40 @@ func TestCheckSamplesMissingRunsAndDuplicates(t *testing.T) {
 	in := testInput(12, 0)
 	counts, outputs := outputsOf(in, func(i int) bool { return i == 3 || i == 4 || i == 9 })
 	counts[ID(6)]++
-	c := checkCounts(counts, outputs+1, in, allAcknowledged(in), nil)
+	c := checkCounts(counts, outputs+1, in, allAcknowledged(in), Endings{})
 	require.Equal(t, []string{ID(3) + ".." + ID(4), ID(9)}, c.MissingSample)
 	require.Equal(t, []string{ID(6)}, c.DuplicateSample)
 	require.Equal(t, 12, c.Acknowledged)
+}
+
+// An input with no output is lost only when the broker acknowledged it:
+// when the share state was followed, one the broker archived counts as
+// archived after a failure (even if no worker saw it at the limit), one
+// whose end the state does not show is counted as such, and both fail
+// the run; without the share state every one of them is missing.
+func TestCheckLearnsArchivedInputsFromTheBroker(t *testing.T) {
+	in := testInput(12, 0)
+	counts, outputs := outputsOf(in, func(i int) bool { return i == 3 || i == 4 || i == 9 })
+	onPurpose := map[string]Archive{ID(4): ArchivedOnPurpose}
+
+	withBroker := Endings{Archived: onPurpose, Broker: map[int]int8{3: stateArchived, 4: stateArchived, 9: stateAcknowledged}}
+	c := checkCounts(counts, outputs, in, allAcknowledged(in), withBroker)
+	require.Equal(t, 1, c.ArchivedByFailure, "the broker archived input 3 and no worker saw it")
+	require.Equal(t, 1, c.ArchivedOnPurpose, "input 4, archived after a deliberate abort")
+	require.Equal(t, 1, c.Missing, "the broker acknowledged input 9 without an output")
+	require.Equal(t, []string{ID(9)}, c.MissingSample)
+	require.Equal(t, "broker", c.ShareState)
+	r := NewResult(c, "", time.Second)
+	require.Equal(t, VerdictFailed, r.Verdict)
+	require.Equal(t, "1 missing, 1 archived at the delivery limit after failures", r.Reason)
+
+	unknown := Endings{Broker: map[int]int8{3: stateArchived, 4: stateArchived}}
+	c = checkCounts(counts, outputs, in, allAcknowledged(in), unknown)
+	require.Equal(t, 1, c.EndUnknown)
+	require.Zero(t, c.Missing)
+	require.Contains(t, NewResult(c, "", time.Second).Reason, "1 passed by the start offset with no output and no end in the share state")
+
+	c = checkCounts(counts, outputs, in, allAcknowledged(in), Endings{Archived: onPurpose, BrokerWhy: "the test"})
+	require.Equal(t, 2, c.Missing, "without the broker's view, every unexplained input is missing")
+	require.Equal(t, "workers only: the test", c.ShareState)
 }

@@ -30,6 +30,40 @@ const (
 	ArchivedByFailure
 )
 
+// Endings is what a verification knows of how the inputs ended besides
+// the output: the inputs the pipeline saw archived at the delivery limit,
+// with why, and, when the run followed the group's share state on the
+// broker, how the broker ended each input (input index -> Kafka's record
+// state, ACKNOWLEDGED 2 or ARCHIVED 4).
+type Endings struct {
+	Archived map[string]Archive
+	// Broker is nil when the share state was not followed; BrokerWhy then
+	// says why (empty: the caller did not try).
+	Broker    map[int]int8
+	BrokerWhy string
+}
+
+// archiveOf says how input i (value v) without output ended, as far as e
+// knows: archived on purpose or after a failure, or lost (0) when it was
+// acknowledged, or when nothing says otherwise. unknown is set when the
+// broker's share state, which was followed, did not show its end.
+func (e Endings) archiveOf(i int, v string) (a Archive, unknown bool) {
+	known := e.Archived[v]
+	if e.Broker == nil {
+		return known, false
+	}
+	switch e.Broker[i] {
+	case stateArchived:
+		if known == 0 {
+			known = ArchivedByFailure // archived by the broker unseen
+		}
+		return known, false
+	case stateAcknowledged:
+		return 0, false // acknowledged without output: lost
+	}
+	return 0, true
+}
+
 // Check compares the committed output with the input, id by id, and with
 // how far the group has acknowledged the input.
 type Check struct {
@@ -48,8 +82,18 @@ type Check struct {
 	Processed  int `json:"inputs_processed"`
 	Duplicates int `json:"duplicates"` // extra copies of input ids
 	// Missing counts acknowledged inputs with no output that were neither
-	// rejected nor archived for a known reason: lost.
+	// rejected nor archived: lost. When the broker's share state was
+	// followed (ShareState), these are the inputs the broker
+	// ACKNOWLEDGED without an output.
 	Missing int `json:"missing"`
+	// EndUnknown counts, when the share state was followed, inputs with no
+	// output that the start offset passed but whose end the share state
+	// did not show (neither ACKNOWLEDGED nor ARCHIVED): the verification
+	// cannot tell whether they were lost.
+	EndUnknown int `json:"end_unknown"`
+	// ShareState says where the archived inputs are known from: "broker"
+	// (the group's share state, followed during the run) or why not.
+	ShareState string `json:"archived_known_from"`
 	// Rejected counts poison inputs the pipeline rejected on purpose: they
 	// are archived and have no output.
 	Rejected int `json:"rejected_on_purpose"`
@@ -83,8 +127,7 @@ const sampleSize = 5
 
 // ReadCommitted reads the committed output of topic and checks it against
 // in, given start, the group's share-partition start offsets of the input,
-// and archived, the values of inputs the pipeline knows were archived at
-// the delivery limit and why (nil: none).
+// and ends, what else is known of how the inputs ended.
 //
 // It first waits, up to settle, until no transaction is open on topic
 // (every partition's last stable offset is its end): a transaction that a
@@ -94,13 +137,13 @@ const sampleSize = 5
 // partition with explicit offsets, up to the last stable offset, so that
 // it knows for certain when it has read everything, aborted batches and
 // markers included.
-func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input, start map[int32]int64, archived map[string]Archive, settle time.Duration) (Check, error) {
+func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input, start map[int32]int64, ends Endings, settle time.Duration) (Check, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return Check{}, fmt.Errorf("verifier: %w", err)
 	}
 	defer cl.Close()
-	ends, err := waitStable(ctx, kadm.NewClient(cl), topic, settle)
+	stable, err := waitStable(ctx, kadm.NewClient(cl), topic, settle)
 	if err != nil {
 		return Check{}, err
 	}
@@ -108,7 +151,7 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input,
 	perPartition := make(map[int32]map[string]int)
 	outputs := 0
 	var readErr error
-	ends.Each(func(o kadm.ListedOffset) {
+	stable.Each(func(o kadm.ListedOffset) {
 		if readErr == nil && o.Offset > 0 {
 			here := make(map[string]int)
 			perPartition[o.Partition] = here
@@ -122,9 +165,9 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, in *Input,
 	if readErr != nil {
 		return Check{}, readErr
 	}
-	check := checkCounts(counts, outputs, in, start, archived)
+	check := checkCounts(counts, outputs, in, start, ends)
 	check.DuplicatesByPartition = duplicatesByPartition(counts, perPartition)
-	check.MissingByPartition = missingByPartition(counts, in, start, archived, topic, len(ends[topic]))
+	check.MissingByPartition = missingByPartition(counts, in, start, ends, topic, len(stable[topic]))
 	return check, nil
 }
 
@@ -149,7 +192,7 @@ func duplicatesByPartition(counts map[string]int, perPartition map[int32]map[str
 // (acknowledged, not poison, never output, not archived) by the partition
 // of n that kgo's default partitioner gives their key, ID(i); nil when
 // none is missing.
-func missingByPartition(counts map[string]int, in *Input, start map[int32]int64, archived map[string]Archive, topic string, n int) map[int32]int {
+func missingByPartition(counts map[string]int, in *Input, start map[int32]int64, ends Endings, topic string, n int) map[int32]int {
 	if n == 0 {
 		return nil
 	}
@@ -157,7 +200,10 @@ func missingByPartition(counts map[string]int, in *Input, start map[int32]int64,
 	var out map[int32]int
 	for i := 0; i < in.N; i++ {
 		v := in.Value(i)
-		if counts[v] > 0 || in.Poison(i) || !in.acknowledged(i, start) || archived[v] != 0 {
+		if counts[v] > 0 || in.Poison(i) || !in.acknowledged(i, start) {
+			continue
+		}
+		if a, unknown := ends.archiveOf(i, v); a != 0 || unknown {
 			continue
 		}
 		if out == nil {
@@ -172,8 +218,14 @@ func missingByPartition(counts map[string]int, in *Input, start map[int32]int64,
 // (outputs in all), with the input in, given the group's share-partition
 // start offsets and the inputs known to be archived (see ReadCommitted).
 // It does not modify counts.
-func checkCounts(counts map[string]int, outputs int, in *Input, start map[int32]int64, archived map[string]Archive) Check {
-	check := Check{Inputs: in.N, Outputs: outputs}
+func checkCounts(counts map[string]int, outputs int, in *Input, start map[int32]int64, ends Endings) Check {
+	check := Check{Inputs: in.N, Outputs: outputs, ShareState: "workers only"}
+	switch {
+	case ends.Broker != nil:
+		check.ShareState = "broker"
+	case ends.BrokerWhy != "":
+		check.ShareState = "workers only: " + ends.BrokerWhy
+	}
 	seen := 0 // outputs of input values
 	missingFrom := -1
 	endRun := func(last int) {
@@ -209,15 +261,20 @@ func checkCounts(counts map[string]int, outputs int, in *Input, start map[int32]
 				check.DuplicateSample = append(check.DuplicateSample, ID(i))
 			}
 		case n == 1 || !acked:
-		case archived[v] == ArchivedOnPurpose:
-			check.ArchivedOnPurpose++
-		case archived[v] == ArchivedByFailure:
-			check.ArchivedByFailure++
 		default:
-			lost = true
-			check.Missing++
-			if missingFrom < 0 {
-				missingFrom = i
+			switch a, unknown := ends.archiveOf(i, v); {
+			case a == ArchivedOnPurpose:
+				check.ArchivedOnPurpose++
+			case a == ArchivedByFailure:
+				check.ArchivedByFailure++
+			case unknown:
+				check.EndUnknown++
+			default:
+				lost = true
+				check.Missing++
+				if missingFrom < 0 {
+					missingFrom = i
+				}
 			}
 		}
 		if !lost {
