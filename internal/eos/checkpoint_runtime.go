@@ -328,7 +328,6 @@ func (t *readerTask) resolve(ctx context.Context, r SourceReader, m readerMsg) e
 		if len(values) > 0 {
 			t.stats.commitLatency(time.Since(start))
 			t.stats.committed.Add(1)
-			t.stats.acked.Add(int64(len(values)))
 			for _, cp := range cps {
 				if start.Sub(cp.stagedAt) > t.cfg.LockDuration {
 					t.stats.heldPastLock.Add(int64(len(cp.values)))

@@ -15,9 +15,9 @@ type runStats struct {
 	// committed and aborted count transactions (consume-transform-produce)
 	// or reader commits and releases (checkpoints).
 	committed, aborted atomic.Int64
-	// outputs and acked count the records output and acknowledged by
-	// what committed, as the pipeline counts them.
-	outputs, acked atomic.Int64
+	// outputs counts the records output by what committed, as the
+	// pipeline counts them.
+	outputs atomic.Int64
 	// polled counts the records the pipeline was delivered.
 	polled      atomic.Int64
 	redelivered atomic.Int64
@@ -85,8 +85,10 @@ func (s *runStats) percentileMillis(p float64) float64 {
 type Progress struct {
 	Elapsed time.Duration // since the pipeline started
 	Inputs  int           // input records in all
-	// Outputs and Acknowledged count the records output and acknowledged
-	// by what committed so far, as the pipeline counts them.
+	// Outputs counts the records output by what committed so far, as the
+	// pipeline counts them; Acknowledged the inputs the group's start
+	// offsets have passed (acknowledged, rejected or archived: the
+	// table's "inputs acknowledged").
 	Outputs      int64
 	Acknowledged int64
 	// Committed and Aborted count transactions committed and aborted

@@ -52,16 +52,19 @@ func (w *watcher) watch(ctx context.Context, start time.Time) error {
 	defer ticker.Stop()
 	lastReport, lastMoved := time.Now(), time.Now()
 	var last Progress
+	acknowledged := 0
 	for {
 		offsets, err := startOffsets(ctx, w.adm, w.group, w.in.Topic)
 		switch {
-		case err == nil && w.in.CountAcknowledged(offsets) >= w.in.N:
-			return nil
-		case err != nil && ctx.Err() == nil:
+		case err == nil:
+			if acknowledged = w.in.CountAcknowledged(offsets); acknowledged >= w.in.N {
+				return nil
+			}
+		case ctx.Err() == nil:
 			w.log.Debug("describing share-group offsets", "err", err)
 		}
 		if now := time.Now(); w.progress != nil && now.Sub(lastReport) >= time.Second {
-			p := w.report(now.Sub(start))
+			p := w.report(now.Sub(start), acknowledged)
 			if p.Outputs != last.Outputs || p.Acknowledged != last.Acknowledged || p.Committed != last.Committed || p.Aborted != last.Aborted {
 				lastMoved = now
 			} else if p.Waiting = w.stats.waits.describe(now); p.Waiting == "" {
@@ -78,7 +81,7 @@ func (w *watcher) watch(ctx context.Context, start time.Time) error {
 	}
 }
 
-func (w *watcher) report(elapsed time.Duration) Progress {
+func (w *watcher) report(elapsed time.Duration, acknowledged int) Progress {
 	committed, aborted := w.counts()
 	outputs := w.stats.outputs.Load()
 	if w.outputs != nil {
@@ -88,7 +91,7 @@ func (w *watcher) report(elapsed time.Duration) Progress {
 		Elapsed:      elapsed,
 		Inputs:       w.in.N,
 		Outputs:      outputs,
-		Acknowledged: w.stats.acked.Load(),
+		Acknowledged: int64(acknowledged),
 		Committed:    committed,
 		Aborted:      aborted,
 		Labels:       w.labels,

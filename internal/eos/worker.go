@@ -234,7 +234,6 @@ func (in *instance) ended(records []*kgo.Record, outputs int, err error) {
 	if err == nil {
 		p.stats.committed.Add(1)
 		p.stats.outputs.Add(int64(outputs))
-		p.stats.acked.Add(int64(len(records)))
 		if !start.IsZero() {
 			p.stats.commitLatency(time.Since(start))
 		}
