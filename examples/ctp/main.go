@@ -66,7 +66,7 @@ exactly once, and the group that every input was acknowledged.`,
 			fs.IntVar(&consumers, "consumers", 4, "`workers` running at once, at least 1")
 			fs.IntVar(&txnSize, "txn-size", 500, "records per transaction at most, at least 1 (also each partition leader's records per fetch)")
 			fs.IntVar(&abortEvery, "abort-every", 0, "with -faults, abort every `n`-th transaction of each worker on purpose (0: none; else at least 2)")
-			fs.DurationVar(&txnHold, "txn-hold", 0, "hold every transaction open this long before committing, as a slow transform would (0: none)")
+			fs.DurationVar(&txnHold, "txn-hold", 0, "hold every transaction open this long before committing, as a slow transform would (0: none); the transaction timeout is 10s plus this")
 			return func() error {
 				return errors.Join(
 					eos.CheckPositive("consumers", consumers),

@@ -35,9 +35,9 @@ type Config struct {
 	Workers int
 	// TxnSize caps the records of one transaction (default 500).
 	TxnSize int
-	// TxnTimeout is each worker's transaction timeout; a killed worker's
-	// open transaction is aborted when a new instance fences it or when it
-	// times out.
+	// TxnTimeout is each worker's transaction timeout (default 10s plus
+	// TxnHold); a killed worker's open transaction is aborted when a new
+	// instance fences it or when it times out.
 	TxnTimeout time.Duration
 	// LockDuration is set as the group's share.record.lock.duration.ms.
 	LockDuration time.Duration
@@ -133,7 +133,9 @@ func (c *Config) defaults() {
 		c.TxnSize = 500
 	}
 	if c.TxnTimeout <= 0 {
-		c.TxnTimeout = 10 * time.Second
+		// A transform that holds every transaction open gets the time
+		// to commit it.
+		c.TxnTimeout = 10*time.Second + c.TxnHold
 	}
 	if c.LockDuration <= 0 {
 		c.LockDuration = 5 * time.Second
