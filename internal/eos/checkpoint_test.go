@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kshare-go/kshare/broker"
 )
 
 func TestSinkCheckFindsDuplicatesMissingAndUnknown(t *testing.T) {
@@ -167,4 +169,42 @@ func TestCheckpointCoordinatorAsksReadersInTurnToStall(t *testing.T) {
 	c.answer(queue, snapshotResult{reader: 1, id: 3, stallAsked: true, stalled: true})
 	c.trigger(4, time.Now())
 	require.Equal(t, []bool{false, false}, stalls(), "SlowSnapshots reached")
+}
+
+// idleReader is a source reader that only waits: the run's progress then
+// depends on nothing but the cluster.
+type idleReader struct{}
+
+func (idleReader) Poll(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (idleReader) SnapshotState(context.Context, int64) error           { return nil }
+func (idleReader) NotifyCheckpointComplete(context.Context, int64) error { return nil }
+func (idleReader) NotifyCheckpointAborted(context.Context, int64) error  { return nil }
+func (idleReader) Close(context.Context) error                           { return nil }
+
+// A cluster that goes away during a run stops the run with an error once
+// its group's offsets have gone unanswered for a while, in both pipelines
+// (they share the watcher): empty checkpoints that complete without a
+// cluster must not make the run look merely slow until -max-duration.
+func TestRunStopsWhenTheClusterStopsAnswering(t *testing.T) {
+	defer func(old time.Duration) { unansweredLimit = old }(unansweredLimit)
+	unansweredLimit = time.Second
+	c, err := broker.NewCluster()
+	require.NoError(t, err)
+	started := make(chan struct{}, 4)
+	cfg := CheckpointConfig{Seeds: c.Bootstrap(), Input: "in", Group: "g", Records: 10, Readers: 1, MaxDuration: time.Minute}
+	done := make(chan error, 1)
+	go func() {
+		_, err := RunCheckpoint(context.Background(), cfg, func(context.Context, Reader) (SourceReader, error) {
+			started <- struct{}{}
+			return idleReader{}, nil
+		})
+		done <- err
+	}()
+	<-started
+	c.Close()
+	err = <-done
+	require.ErrorContains(t, err, "the cluster has not answered for")
 }

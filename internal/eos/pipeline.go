@@ -231,6 +231,7 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 		labels: [3]string{"transactions", "committed", "aborted"},
 		counts: func() (int64, int64) { return stats.committed.Load(), stats.aborted.Load() },
 		idle:   pool.idle,
+		fail:   run.fail,
 	}
 	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))
 	if err != nil {

@@ -43,7 +43,14 @@ type watcher struct {
 	outputs func() int64
 	// idle says why nothing moved when no known wait explains it.
 	idle func() string
+	// fail stops the run with an error: the cluster stopped answering.
+	fail func(error)
 }
+
+// unansweredLimit is how long the group's start offsets may go unanswered
+// before the run stops with an error: a cluster that has gone away must
+// not look like a run that is merely slow.
+var unansweredLimit = 20 * time.Second
 
 // watch returns once every input is acknowledged, with nil, or when ctx
 // ends, with ctx's error.
@@ -52,16 +59,24 @@ func (w *watcher) watch(ctx context.Context, start time.Time) error {
 	defer ticker.Stop()
 	lastReport, lastMoved := time.Now(), time.Now()
 	var last Progress
+	var failingSince time.Time
 	acknowledged := 0
 	for {
 		offsets, err := startOffsets(ctx, w.adm, w.group, w.in.Topic)
 		switch {
 		case err == nil:
+			failingSince = time.Time{}
 			if acknowledged = w.in.CountAcknowledged(offsets); acknowledged >= w.in.N {
 				return nil
 			}
 		case ctx.Err() == nil:
 			w.log.Debug("describing share-group offsets", "err", err)
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			} else if d := time.Since(failingSince); d >= unansweredLimit && w.fail != nil {
+				w.fail(fmt.Errorf("the cluster has not answered for %v: %w", d.Round(time.Second), err))
+				return err
+			}
 		}
 		if now := time.Now(); w.progress != nil && now.Sub(lastReport) >= time.Second {
 			p := w.report(now.Sub(start), acknowledged)
