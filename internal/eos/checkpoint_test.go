@@ -179,7 +179,7 @@ func (idleReader) Poll(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
-func (idleReader) SnapshotState(context.Context, int64) error           { return nil }
+func (idleReader) SnapshotState(context.Context, int64) error            { return nil }
 func (idleReader) NotifyCheckpointComplete(context.Context, int64) error { return nil }
 func (idleReader) NotifyCheckpointAborted(context.Context, int64) error  { return nil }
 func (idleReader) Close(context.Context) error                           { return nil }
