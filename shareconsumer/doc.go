@@ -111,7 +111,30 @@
 // lock deadline is the time the fetch was sent plus the broker's
 // AcquisitionLockTimeoutMillis, so it errs early.
 //
-// Records fetched ahead of Poll hold locks too: each leader's session
-// fetches again as soon as Poll took its previous fetch, and Poll drops
-// records whose lock ran out while they waited.
+// # Fetching ahead of Poll, and MaxPollRecords
+//
+// A Poll returns at most MaxPollRecords records. A consumer fetches
+// nothing before its first Poll. While a Poll waits, each leader's session
+// long-polls its leader; after a Poll returned, each session fetches once
+// more ahead of the application (without waiting at the leader), so that
+// the next Poll finds records ready. The leader starts a record's lock when
+// it hands the record out, so the consumer renews (RENEW, KIP-1222) the
+// locks of what it fetched ahead until a Poll returns it: a record is never
+// left to expire, and use up one of its deliveries, before the application
+// has seen it. Metrics().ExpiredUnseen counts what expired anyway (a
+// renewal that failed; each occurrence is logged at WARN). When no Poll
+// comes for MaxPollInterval, what was fetched ahead is released. Against a
+// broker without RENEW the sessions fetch only while a Poll waits.
+//
+// In Transactional mode, records whose transaction ended before their
+// acknowledgements were staged (work that failed, or an abort before
+// SendShareAcksToTransaction) are given back at once with Release; no
+// transaction outcome would give them back.
+//
+// # A group that starts at the latest offset
+//
+// When the group begins to read a partition at its latest offset while
+// the partition already holds records (share.auto.offset.reset is not
+// "earliest"), the consumer says so once, at INFO, with the records it
+// skipped.
 package shareconsumer
