@@ -469,7 +469,14 @@ func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 					}
 				}
 			}
-			if c.cfg.renewHeld && c.cfg.mode == Transactional {
+			switch {
+			case a.deadline.Sub(now) < a.lockDur*7/8:
+				// They waited for Poll, their lock partly run: the
+				// application gets a whole lock from here.
+				a.handover = true
+				s.renewRescanLocked()
+				s.poke()
+			case c.cfg.renewHeld && c.cfg.mode == Transactional:
 				s.renewDueByLocked(a.deadline) // the application holds them now
 			}
 			if c.cfg.mode == Implicit {

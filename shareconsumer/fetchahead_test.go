@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
@@ -279,4 +280,55 @@ func TestRecordLimitAcquiresNoMore(t *testing.T) {
 	other := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional))
 	seen := poll(e.ctx, t, other, n-2*perPoll, nil)
 	require.GreaterOrEqual(t, len(seen), n-2*perPoll)
+}
+
+// Records that waited for Poll until less than seven eighths of their
+// lock was left come with a whole lock from Poll: once Poll returned them,
+// one RENEW starts their lock again (without RenewHeldLocks the
+// application would otherwise get what was left, as little as half a
+// lock). The deadline the consumer then reports is later than the Poll
+// call plus a lock duration, which the fetch, made before the Poll, could
+// not give. (The records wait 3/8 of the lock here: past the eighth,
+// before the half at which a renewal of fetched-ahead records is due.)
+func TestPolledRecordsGetAWholeLock(t *testing.T) {
+	const perPoll, lock = 10, 8 * time.Second
+	e := newEnv(t, broker.ShareLockDuration(lock))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, values("v", 4*perPoll)...)
+	c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(perPoll))
+	pollRecords(e.ctx, t, c, perPoll)
+	time.Sleep(lock * 3 / 8)
+	called := time.Now()
+	recs, err := c.Poll(e.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, recs)
+	e.eventually("the hand-over renewal", func() bool { return c.Metrics().LocksRenewed >= int64(len(recs)) })
+	for _, r := range recs {
+		d, ok := c.LockDeadline(r)
+		require.True(t, ok)
+		require.True(t, d.After(called.Add(lock)), "%q: lock deadline %v, Poll called %v", r.Value, d, called)
+	}
+}
+
+// Acknowledgements built for one delivery of a record are refused once
+// the record has been delivered to the consumer again (its lock ran out,
+// and a later Poll returned it with a higher delivery count): the
+// delivery they describe is over. A renewal of the same delivery, which
+// moves its lock, is no reason to refuse (TestPolledRecordsGetAWholeLock).
+func TestAcksOfAnEndedDeliveryAreRefused(t *testing.T) {
+	e := newEnv(t, broker.ShareLockDuration(time.Second))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, "a")
+	c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional))
+	first := pollRecords(e.ctx, t, c, 1)
+	acks := c.Acks(first, kshare.AckAccept)
+	poll(e.ctx, t, c, 1, func(r *kgo.Record) { // after the lock ran out
+		d, _ := c.DeliveryCount(r)
+		require.EqualValues(t, 2, d)
+	})
+	err := shareconsumer.Stage(acks, c.GroupMetadata())
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
+	require.ErrorContains(t, err, "delivery 1 ended, delivery 2 holds it")
 }

@@ -57,6 +57,11 @@ type acquisition struct {
 	renewing     bool
 	renewal      *heldRenewal
 	renewStopped bool
+	// handover is set when Poll returns records that waited for it until
+	// less than 7/8 of their lock was left: one RENEW gives the
+	// application a whole lock from Poll, renewed further only with
+	// RenewHeldLocks.
+	handover bool
 }
 
 // holdsBuffered reports whether a holds records fetched for Poll that Poll
@@ -265,6 +270,7 @@ func (h *heldSet) split(a *acquisition, at int64) *acquisition {
 		renewing:     a.renewing,
 		renewal:      a.renewal,
 		renewStopped: a.renewStopped,
+		handover:     a.handover,
 	}
 	if a.decisions != nil {
 		b.decisions = append([]wire.AckType(nil), a.decisions[idx:]...)

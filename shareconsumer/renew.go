@@ -109,6 +109,17 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				if idle {
 					continue // released instead (releaseIdleLocked)
 				}
+			case a.handover && a.holdsDelivered():
+				if now.Before(a.deadline) { // due now
+					if due.held == nil {
+						due.held = make(map[kshare.TopicPartition]*heldRenewal)
+					}
+					if due.held[tp] == nil {
+						due.held[tp] = &heldRenewal{acqs: []*acquisition{a}}
+					}
+					continue
+				}
+				a.handover = false
 			case !renewHeld || !a.holdsDelivered():
 				continue
 			}
@@ -286,7 +297,7 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 		err := failed[tp]
 		staged := false
 		for _, a := range h.acqs {
-			a.renewing, a.renewal = false, nil
+			a.renewing, a.renewal, a.handover = false, nil, false
 			staged = staged || a.stagedSince(h.offs)
 		}
 		if err == nil {

@@ -56,6 +56,7 @@ func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAc
 			id = a.topicID
 			if a.states[idx] != stBuffered { // else a newer delivery, not r's
 				rec.LockDeadline = c.held.lockDeadline(a, idx)
+				rec.Delivery = a.deliveries
 			}
 		} else {
 			id = c.topicIDs[r.Topic]
@@ -123,15 +124,19 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 				}
 				continue
 			}
-			if !rec.LockDeadline.IsZero() && !now.Before(rec.LockDeadline) {
-				// The delivery Acks saw is over, even if the
-				// record has been delivered to us again since.
-				return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
-			}
 			if !ok {
+				if !rec.LockDeadline.IsZero() && !now.Before(rec.LockDeadline) {
+					// Forgotten since its lock ended.
+					return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
+				}
 				return fmt.Errorf("%s: %w", where, ErrNotHeld)
 			}
 			switch {
+			case rec.Delivery != 0 && rec.Delivery != a.deliveries && a.states[idx] == stDelivered:
+				// The delivery Acks saw is over; the record has been
+				// delivered to us again since. (A renewal of the same
+				// delivery moves its lock, and is no reason to refuse.)
+				return fmt.Errorf("%s: delivery %d ended, delivery %d holds it: %w", where, rec.Delivery, a.deliveries, ErrLockExpired)
 			case a.dead:
 				return fmt.Errorf("%s: %w", where, ErrLockExpired)
 			case !now.Before(a.deadline):

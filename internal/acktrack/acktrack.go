@@ -33,6 +33,10 @@ type Record struct {
 	Offset       int64
 	Type         int8
 	LockDeadline time.Time
+	// Delivery is the record's delivery count when the acknowledgement
+	// was built (0: unknown): it tells that delivery from a later one of
+	// the same offset.
+	Delivery int16
 }
 
 // Tracker follows acknowledgements through a transaction. The share
