@@ -332,3 +332,25 @@ func TestAcksOfAnEndedDeliveryAreRefused(t *testing.T) {
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
 	require.ErrorContains(t, err, "delivery 1 ended, delivery 2 holds it")
 }
+
+// A renewal is not held up by a long poll: while the application polls on
+// (no new records, a MaxWait far longer than the lock), the locks of the
+// records it holds (RenewHeldLocks) are renewed in time, because a
+// session shortens its ShareFetch's MaxWait to its next renewal; the
+// records stage after 2.5 lock durations. (A renewal used to wait for the
+// fetch's answer, and a lock shorter than MaxWait ran out.)
+func TestRenewalsAreNotHeldUpByALongPoll(t *testing.T) {
+	const lock = 2 * time.Second
+	e := newEnv(t, broker.ShareLockDuration(lock))
+	e.createTopic("t", 1)
+	e.groupConfig("g")
+	e.produce("t", 1, values("v", 5)...)
+	c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(true),
+		shareconsumer.MaxWait(30*time.Second))
+	recs := pollRecords(e.ctx, t, c, 5)
+	pctx, cancel := context.WithTimeout(e.ctx, lock*5/2)
+	defer cancel()
+	_, err := c.Poll(pctx) // nothing more to fetch: the leader holds the fetch
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, shareconsumer.Stage(c.Acks(recs, kshare.AckAccept), c.GroupMetadata()), "a lock ran out while a long poll held the session")
+}

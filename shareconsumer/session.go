@@ -469,6 +469,13 @@ func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition,
 		// fetch; keep a waiting Commit short.
 		req.MaxWaitMillis = int32(ackMaxWait / time.Millisecond)
 	}
+	if !s.renewAt.IsZero() {
+		// A renewal due while the leader holds the fetch would wait for
+		// its answer, and a short lock could run out meanwhile.
+		if d := s.renewAt.Sub(now); d < time.Duration(req.MaxWaitMillis)*time.Millisecond {
+			req.MaxWaitMillis = int32(max(d, 0) / time.Millisecond)
+		}
+	}
 	return step{kind: stepFetch, fetch: req, jobs: jobs, gen: s.gen, sentAt: now}
 }
 

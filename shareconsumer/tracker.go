@@ -129,7 +129,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 					// Forgotten since its lock ended.
 					return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
 				}
-				return fmt.Errorf("%s: %w", where, ErrNotHeld)
+				return fmt.Errorf("%s (not returned by its Poll, acknowledged already, or forgotten a lock duration after its lock ended): %w", where, ErrNotHeld)
 			}
 			switch {
 			case rec.Delivery != 0 && rec.Delivery != a.deliveries && a.states[idx] == stDelivered:
