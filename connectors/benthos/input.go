@@ -404,10 +404,10 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 				return in.flush(ctx)
 			}
 		}
+		// With messages waiting and a period, poll until the period
+		// ends, and then flush. (UntilNext never says 0: once the
+		// period has passed, it says 1ns.)
 		wait, timed := in.batcher.UntilNext()
-		if len(in.inBatch) > 0 && timed && wait <= 0 {
-			return in.flush(ctx)
-		}
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if len(in.inBatch) > 0 && timed {
 			pctx, cancel = context.WithTimeout(ctx, wait)
@@ -416,7 +416,7 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && pctx.Err() != nil {
-				continue // the period ended: flush
+				return in.flush(ctx) // the period ended
 			}
 			return nil, nil, err
 		}
