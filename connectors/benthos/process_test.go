@@ -1,0 +1,265 @@
+package benthos
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// buildBenthos builds cmd/kshare-benthos into a directory of the test
+// and returns the binary's path.
+func buildBenthos(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kshare-benthos")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kshare-benthos")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/kshare-benthos:\n%s", out)
+	return bin
+}
+
+// process is a kshare-benthos process the test started: its output
+// (Benthos logs to stdout) and, once it has exited, its exit code.
+type process struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+	code   int
+}
+
+// startProcess runs bin -c config with env added to the test's
+// environment. The test's cleanup interrupts it if it still runs, kills it
+// if it does not exit within 30s, and waits for it.
+func startProcess(t *testing.T, bin, config string, env ...string) *process {
+	t.Helper()
+	p := &process{out: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, "-c", config)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		defer close(p.exited)
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("process %d did not exit within 30s of SIGINT; killing it", p.cmd.Process.Pid)
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// done reports whether the process has exited.
+func (p *process) done() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop interrupts the process (Ctrl-C) and waits for it to exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-p.exited:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("process %d did not exit within 45s of SIGINT", p.cmd.Process.Pid)
+	}
+}
+
+// processPipeline is the YAML both processes of TestTwoProcessesOneConfig
+// run: the same file, the same ids. KSHARE_TEST_SLEEP slows each message
+// of the first process down, so that it is in the middle of the input
+// when the second one starts. Locks last $LOCK.
+const processPipeline = `
+http:
+  enabled: false
+logger:
+  level: INFO
+  format: logfmt
+input:
+  kshare_share:
+    seed_brokers: [ $SEEDS ]
+    group: $GROUP
+    topics: [ $IN ]
+    transactional_id: $INTXN
+    auto_offset_reset: earliest
+    record_lock_duration: $LOCK
+    max_poll_records: 200
+    max_wait: 100ms
+    batching:
+      count: 100
+      period: 50ms
+pipeline:
+  threads: 2
+  processors:
+    - sleep:
+        duration: "${KSHARE_TEST_SLEEP:0s}"
+    - mapping: root = content()
+output:
+  kshare_txn:
+    seed_brokers: [ $SEEDS ]
+    transactional_id: $OUTTXN
+    topic: $OUT
+    key: ${! @kafka_key }
+`
+
+// firstMember records the member id of the first ShareGroupHeartbeat of
+// a group.
+type firstMember struct {
+	group string
+	id    atomic.Pointer[string]
+}
+
+func (f *firstMember) observe(_ int32, req kmsg.Request) {
+	if r, ok := req.(*kmsg.ShareGroupHeartbeatRequest); ok && r.GroupID == f.group && r.MemberID != "" {
+		id := r.MemberID
+		f.id.CompareAndSwap(nil, &id)
+	}
+}
+
+// commitsOf counts the EndTxn(COMMIT) requests of one transactional id.
+type commitsOf struct {
+	id string
+	n  atomic.Int64
+}
+
+func (c *commitsOf) observe(_ int32, req kmsg.Request) {
+	if r, ok := req.(*kmsg.EndTxnRequest); ok && r.Commit && r.TransactionalID == c.id {
+		c.n.Add(1)
+	}
+}
+
+// TestTwoProcessesOneConfig is what users did: two kshare-benthos
+// processes on one YAML (one group, one acknowledger id, one output id),
+// against a cluster (the bundled one, in the test process; the processes
+// reach it on its loopback ports). The first runs slowly and is in the
+// middle of the input, holding records under renewed locks, when the
+// second starts and fences it. The first process must then give back what
+// it holds (it sends RELEASE acknowledgements and leaves the group), say
+// once that it can commit nothing more, and exit by itself with status 0;
+// the second must acknowledge the whole input, exactly once, before
+// fence + lock/4. Every record the first process held at the fence had at
+// least half of its lock left (the consumer renews a lock when less than
+// half is left), so it reached the second one before fence + lock/2 only
+// if the first gave it back: waiting for expiry, as before, takes longer.
+func TestTwoProcessesOneConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs kshare-benthos")
+	}
+	const n = 18000
+	const lock = 60 * time.Second
+	bin := buildBenthos(t)
+	c := newCluster(t)
+	r := c.newRun(t, "procs", 3, n, 0)
+	// r.yaml, not r.inputTxn: the template's $IN is replaced within
+	// $INTXN too.
+	inTxn, outTxn, group := r.yaml("$INTXN"), r.yaml("$OUTTXN"), r.yaml("$GROUP")
+	config := filepath.Join(t.TempDir(), "pipeline.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(strings.ReplaceAll(r.yaml(processPipeline), "$LOCK", lock.String())), 0o644))
+
+	inits := &initsOf{}
+	t.Cleanup(c.ObserveRequests(inits.observe))
+	first := &firstMember{group: group}
+	t.Cleanup(c.ObserveRequests(first.observe))
+	commits := &commitsOf{id: outTxn}
+	t.Cleanup(c.ObserveRequests(commits.observe))
+	fromZombie := &memberRequests{}
+	t.Cleanup(c.ObserveRequests(fromZombie.observe))
+	began := time.Now()
+
+	zombie := startProcess(t, bin, config, "KSHARE_TEST_SLEEP=3ms")
+	waitFor(t, time.Minute, "the first process committed 3 transactions", func() bool {
+		return zombie.done() || commits.n.Load() >= 3
+	})
+	require.False(t, zombie.done(), "the first process exited early (status %d):\n%s", zombie.code, zombie.out.String())
+	member := first.id.Load()
+	require.NotNil(t, member, "the first process's member id")
+	fromZombie.member.Store(member)
+	before := r.input.CountAcknowledged(r.startOffsets(t))
+	require.Less(t, before, n/2, "the first process is in the middle of the input")
+
+	healthy := startProcess(t, bin, config)
+	waitFor(t, time.Minute, "the second process initialized both transactional ids", func() bool {
+		return healthy.done() || (inits.count(inTxn) >= 2 && inits.count(outTxn) >= 2)
+	})
+	require.False(t, healthy.done(), "the second process exited (status %d):\n%s", healthy.code, healthy.out.String())
+	fenced := time.Now()
+	t.Logf("the second process fenced the first after %d of %d inputs were acknowledged", before, n)
+
+	// Until both: the first process exits by itself, and the second
+	// one has acknowledged every input.
+	deadline := fenced.Add(lock / 4)
+	var zombieExited time.Duration
+	var once sync.Once
+	logged := time.Now()
+	for {
+		got := r.input.CountAcknowledged(r.startOffsets(t))
+		if zombie.done() {
+			once.Do(func() {
+				zombieExited = time.Since(fenced)
+				fromZombie.ended.Store(true)
+				t.Logf("the first process exited %v after the fence, with status %d", zombieExited.Round(time.Millisecond), zombie.code)
+			})
+		}
+		if got == n && zombie.done() {
+			t.Logf("the second process acknowledged the whole input %v after the fence", time.Since(fenced).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after the fence (lock/4): %d of %d inputs acknowledged, the first process %s; its output:\n%s",
+				time.Since(fenced).Round(time.Millisecond), got, n, map[bool]string{true: "exited", false: "still runs"}[zombie.done()], tail(nonDebug(zombie.out.String()), 30))
+		}
+		if time.Since(logged) >= time.Second {
+			logged = time.Now()
+			t.Logf("%v after the fence: %d of %d inputs acknowledged; the first process %s", time.Since(fenced).Round(time.Second), got, n,
+				map[bool]string{true: "has exited", false: "still runs"}[zombie.done()])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	healthy.stop(t)
+	require.Zero(t, healthy.code, "the second process exits with status 0 on Ctrl-C:\n%s", tail(healthy.out.String(), 30))
+	requireExactlyOnce(t, r.verify(t, nil, time.Since(began)))
+
+	// The first process gave its records back, left the group, said
+	// why once, and exited cleanly.
+	out := zombie.out.String()
+	require.Zero(t, zombie.code, "the fenced process exits with status 0:\n%s", tail(out, 30))
+	require.Equal(t, 1, strings.Count(out, "can commit nothing more"), "the fenced process says it once:\n%s", tail(out, 30))
+	require.Contains(t, out, "was fenced by a newer instance with the same transactional_id")
+	require.NotContains(t, out, "Failed to read message", "the fenced input does not report errors in a loop")
+	require.True(t, fromZombie.left.Load(), "the fenced process left the group")
+	require.Positive(t, fromZombie.releases.Load(), "the fenced process released records")
+	t.Logf("the fenced process sent %d RELEASE acknowledgement entries after the fence", fromZombie.releases.Load())
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
