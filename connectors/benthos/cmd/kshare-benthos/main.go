@@ -6,6 +6,10 @@
 //	kshare-benthos -c pipeline.yaml
 //	kshare-benthos list inputs
 //
+// One of Benthos' defaults differs: the HTTP server binds 127.0.0.1:4195
+// (Benthos binds every interface, 0.0.0.0:4195; set http.address to serve
+// others).
+//
 // See connectors/benthos/README.md for the components and an example
 // pipeline.
 package main
@@ -22,6 +26,17 @@ import (
 	_ "github.com/kshare-go/kshare/connectors/benthos"
 )
 
+// httpAddress is the default address of Benthos' HTTP server (its API,
+// /ping, /ready, /metrics): the loopback interface only.
+const httpAddress = "127.0.0.1:4195"
+
+// schema is Benthos' configuration schema with kshare-benthos' defaults.
+func schema() *service.ConfigSchema {
+	s := service.GlobalEnvironment().FullConfigSchema("", "")
+	s.SetFieldDefault(httpAddress, "http", "address")
+	return s
+}
+
 func main() {
-	service.RunCLI(context.Background())
+	service.RunCLI(context.Background(), service.CLIOptSetMainSchemaFrom(schema))
 }
