@@ -1,6 +1,10 @@
 package benthos
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kshare-go/kshare/internal/testkit"
 )
 
 // buildBenthos builds cmd/kshare-benthos into a directory of the test
@@ -26,11 +32,13 @@ func buildBenthos(t *testing.T) string {
 	return bin
 }
 
-// process is a kshare-benthos process the test started: its output
-// (Benthos logs to stdout) and, once it has exited, its exit code.
+// process is a kshare-benthos process the test started: what it wrote
+// (Benthos logs to stdout, or to stderr when the output is stdout), what
+// it wrote to stdout alone, and, once it has exited, its exit code.
 type process struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *syncBuffer // stdout and stderr
+	stdout *syncBuffer
 	exited chan struct{}
 	code   int
 }
@@ -40,10 +48,16 @@ type process struct {
 // if it does not exit within 30s, and waits for it.
 func startProcess(t *testing.T, bin, config string, env ...string) *process {
 	t.Helper()
-	p := &process{out: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, "-c", config)
+	return startArgs(t, bin, []string{"-c", config}, env...)
+}
+
+// startArgs runs bin with args; see startProcess.
+func startArgs(t *testing.T, bin string, args []string, env ...string) *process {
+	t.Helper()
+	p := &process{out: &syncBuffer{}, stdout: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.Stdout, p.cmd.Stderr = io.MultiWriter(p.out, p.stdout), p.out
 	require.NoError(t, p.cmd.Start())
 	go func() {
 		defer close(p.exited)
@@ -66,6 +80,17 @@ func startProcess(t *testing.T, bin, config string, env ...string) *process {
 		}
 	})
 	return p
+}
+
+// wait waits for the process to exit by itself and requires status 0.
+func (p *process) wait(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		t.Fatalf("process %d did not exit within %v:\n%s", p.cmd.Process.Pid, timeout, tail(p.out.String(), 30))
+	}
+	require.Zero(t, p.code, "exit status:\n%s", tail(p.out.String(), 30))
 }
 
 // done reports whether the process has exited.
@@ -262,4 +287,103 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestDistributionServesMetricsOnLoopback runs kshare-benthos on a config
+// with no http and no metrics section (a generate input into kshare_txn,
+// against a bundled cluster): the HTTP server listens on 127.0.0.1:4195
+// only (Benthos' own default is every interface), and its /metrics serves
+// Prometheus' text format, with the kshare_txn counters and the
+// transactions the output committed.
+func TestDistributionServesMetricsOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs kshare-benthos")
+	}
+	const addr = "127.0.0.1:4195"
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("%s is in use, so the default address cannot be checked: %v", addr, err)
+	}
+	require.NoError(t, l.Close())
+	bin := buildBenthos(t)
+	c := newCluster(t)
+	testkit.CreateTopic(testkit.Context(t), t, c.admin, "dist-out", 1)
+	config := filepath.Join(t.TempDir(), "seed.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+input:
+  generate:
+    interval: 20ms
+    batch_size: 10
+    mapping: root = counter().string()
+output:
+  kshare_txn:
+    seed_brokers: [ %s ]
+    transactional_id: dist-out
+    topic: dist-out
+`, strings.Join(c.seeds, ","))), 0o644))
+	p := startProcess(t, bin, config)
+
+	var page string
+	waitFor(t, 30*time.Second, "/metrics shows a committed transaction", func() bool {
+		require.False(t, p.done(), "kshare-benthos exited (status %d):\n%s", p.code, p.out.String())
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return false
+		}
+		page = string(body)
+		s := parseScrape(t, page)
+		v, ok := s[`kshare_txn_transactions_committed{label="",path="root.output"}`]
+		return ok && v >= 1
+	})
+	for _, name := range kshareCounters {
+		if strings.HasPrefix(name, "kshare_txn_") {
+			require.Contains(t, page, "\n"+name+`{label="",path="root.output"} `)
+		}
+	}
+	require.Contains(t, page, "# TYPE output_latency_seconds histogram")
+
+	// Who listens on port 4195 (0x105B): the loopback address, and not
+	// every interface (0.0.0.0 or ::).
+	listening := listenersOn(t, 4195)
+	if listening == nil {
+		t.Log("no /proc/net/tcp: the listening address is not checked")
+	} else {
+		require.Equal(t, []string{"0100007F"}, listening, "listening addresses (hex, as /proc/net/tcp writes them) of port 4195")
+	}
+	p.stop(t)
+	require.Zero(t, p.code, "exit status after Ctrl-C:\n%s", tail(p.out.String(), 20))
+}
+
+// listenersOn returns the local addresses (hex, as /proc/net/tcp and tcp6
+// write them) of the sockets listening on port, or nil if /proc/net/tcp
+// cannot be read.
+func listenersOn(t *testing.T, port int) []string {
+	t.Helper()
+	suffix := fmt.Sprintf(":%04X", port)
+	var out []string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			if f == "/proc/net/tcp" {
+				return nil
+			}
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			// sl local_address rem_address st ...; st 0A is LISTEN.
+			if len(fields) > 3 && fields[3] == "0A" && strings.HasSuffix(fields[1], suffix) {
+				out = append(out, strings.TrimSuffix(fields[1], suffix))
+			}
+		}
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out
 }
