@@ -1,6 +1,8 @@
 package benthos
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/testkit"
@@ -386,4 +389,86 @@ func listenersOn(t *testing.T, port int) []string {
 		out = []string{}
 	}
 	return out
+}
+
+// TestExamplesRun runs the README's example as a user would, with
+// kshare-benthos, against a bundled cluster (the examples' seed broker
+// replaced by its address, the HTTP server off): seed.yaml writes 1000
+// orders and exits; pipeline.yaml copies those of at least 50 to
+// orders-enriched; read.yaml prints what was committed there, one line
+// per record, and exits by itself at the end: each kept order once, none
+// of the others.
+func TestExamplesRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs kshare-benthos")
+	}
+	const orders = 1000
+	bin := buildBenthos(t)
+	c := newCluster(t)
+	dir := t.TempDir()
+	example := func(name string) []string {
+		b, err := os.ReadFile(filepath.Join("examples", name))
+		require.NoError(t, err)
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(b), "localhost:9092", strings.Join(c.seeds, ","))), 0o644))
+		return []string{"-s", "http.enabled=false", "-c", path}
+	}
+
+	startArgs(t, bin, example("seed.yaml")).wait(t, time.Minute)
+	kept := map[string]bool{}
+	for _, r := range readTopic(t, c, "orders", orders) {
+		var o struct {
+			ID     string `json:"id"`
+			Amount int    `json:"amount"`
+		}
+		require.NoError(t, json.Unmarshal(r.Value, &o))
+		if o.Amount >= 50 {
+			kept[o.ID] = true
+		}
+	}
+
+	pipeline := startArgs(t, bin, example("pipeline.yaml"))
+	readTopic(t, c, "orders-enriched", len(kept))
+	require.False(t, pipeline.done(), "the pipeline runs until stopped:\n%s", tail(pipeline.out.String(), 30))
+
+	read := startArgs(t, bin, example("read.yaml"))
+	read.wait(t, time.Minute)
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(read.stdout.String()), "\n") {
+		// topic/partition@offset key value
+		f := strings.SplitN(line, " ", 3)
+		require.Len(t, f, 3, "a line of read.yaml: %q", line)
+		require.True(t, strings.HasPrefix(f[0], "orders-enriched/"), line)
+		var o struct {
+			ID     string `json:"id"`
+			Amount int    `json:"amount"`
+			Tier   string `json:"tier"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(f[2]), &o), line)
+		require.Equal(t, o.ID, f[1], "the key is the order's id")
+		require.True(t, kept[o.ID], "%s: only orders of at least 50", line)
+		require.False(t, seen[o.ID], "%s: once", line)
+		require.NotEmpty(t, o.Tier)
+		seen[o.ID] = true
+	}
+	require.Len(t, seen, len(kept), "read.yaml printed every kept order")
+	pipeline.stop(t)
+	require.Zero(t, pipeline.code, "the pipeline exits with status 0 on Ctrl-C:\n%s", tail(pipeline.out.String(), 30))
+}
+
+// readTopic reads topic from the start as a read_committed consumer
+// until want records came, and returns them.
+func readTopic(t *testing.T, c *cluster, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl := testkit.Client(t, c.seeds, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	var got []*kgo.Record
+	deadline := time.Now().Add(time.Minute)
+	for len(got) < want {
+		require.True(t, time.Now().Before(deadline), "%d of %d records of %s within a minute", len(got), want, topic)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		got = append(got, cl.PollFetches(ctx).Records()...)
+		cancel()
+	}
+	return got
 }

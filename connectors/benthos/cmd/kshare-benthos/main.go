@@ -1,7 +1,8 @@
 // Command kshare-benthos is Benthos with kshare's exactly-once share-group
 // components: the open-core Benthos distribution (its pure and io
-// components) plus the kshare_share input, the kshare_txn output and a
-// Prometheus metrics exporter. It takes Benthos' own command line:
+// components) plus the kshare_share and kshare_read inputs, the kshare_txn
+// output and a Prometheus metrics exporter. It takes Benthos' own command
+// line:
 //
 //	kshare-benthos -c pipeline.yaml
 //	kshare-benthos list inputs
