@@ -50,6 +50,9 @@ type acker struct {
 
 	fatalErr atomic.Pointer[error]
 	metrics  *inputMetrics
+	// stuck, if set (before the first submit), is told once that the
+	// acknowledger failed fatally: the input can commit nothing more.
+	stuck func(cause error)
 }
 
 func newAcker(cons *shareconsumer.Consumer, ack *acknowledger.Acknowledger, l *ledger, timeout time.Duration, log *service.Logger, m *inputMetrics) *acker {
@@ -90,7 +93,7 @@ func (a *acker) submit(ctx context.Context, req *ackReq) error {
 }
 
 // fatal returns the error that stopped the acker from committing at all
-// (its acknowledger was fenced), or nil.
+// (its acknowledger was fenced, or failed otherwise for good), or nil.
 func (a *acker) fatal() error {
 	if p := a.fatalErr.Load(); p != nil {
 		return *p
@@ -193,10 +196,12 @@ func (a *acker) commit(reqs []*ackReq) error {
 	case errors.Is(err, kshare.ErrFatal), errors.Is(err, kshare.ErrUnsupported), errors.Is(err, kshare.ErrClosed):
 		// CommitAcknowledgements aborted before returning (or sent
 		// nothing): nothing of it commits.
+		// The acknowledger resolved what it had staged as not
+		// committed: the consumer releases those records at once.
 		a.ledger.settle(all, a, released)
-		ferr := fmt.Errorf("kshare_share: the acknowledger can commit nothing more: %w", explain(err))
-		if !errors.Is(err, kshare.ErrClosed) {
-			a.fatalErr.CompareAndSwap(nil, &ferr)
+		ferr := fmt.Errorf("kshare_share: acknowledgement-only transaction failed for good: %w", err)
+		if !errors.Is(err, kshare.ErrClosed) && a.fatalErr.CompareAndSwap(nil, &ferr) && a.stuck != nil {
+			a.stuck(err)
 		}
 		return ferr
 	default:

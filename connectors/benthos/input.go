@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/acknowledger"
@@ -111,7 +113,7 @@ This input adds the following metadata fields to each message:
 				Description("The topics to read. Items may hold several topics separated by commas.").
 				Example([]string{"orders"}),
 			service.NewStringField(fTransactionalID).
-				Description("The transactional id of the input's own acknowledger, which commits the acknowledgements that no output committed (dropped and nacked messages). Give each running instance its own, and keep it across restarts: a newer instance with the same id fences the older one."),
+				Description("The transactional id of the input's own acknowledger, which commits the acknowledgements that no output committed (dropped and nacked messages). Give each running instance its own, and keep it across restarts: a newer instance with the same id fences the older one, whose input then gives back the records it holds and ends (its stream stops)."),
 			service.NewStringField(fAutoOffsetReset).
 				Description("Sets the group's `share.auto.offset.reset` before joining: where the group starts reading a partition it has no state for (`earliest`, `latest`, or `by_duration:<ISO-8601 duration>`). Empty leaves the group's setting (Kafka's default is `latest`: records written before the group began are not read).").
 				Default("").Example("earliest"),
@@ -263,6 +265,17 @@ type shareInput struct {
 
 	metrics *inputMetrics
 
+	// The end of an input that can commit nothing more (giveUp): why,
+	// once it has ended, and the closing of its consumer, which gives
+	// back what it holds.
+	ended     atomic.Pointer[error]
+	endOnce   sync.Once
+	consOnce  sync.Once
+	consErr   error
+	bg        sync.WaitGroup // the goroutine giveUp starts
+	bgMu      sync.Mutex
+	bgStopped bool // Close is waiting for bg: giveUp starts nothing more
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -348,7 +361,13 @@ func (in *shareInput) Connect(ctx context.Context) error {
 		return fmt.Errorf("kshare_share: consumer: %w", err)
 	}
 	in.cons, in.ack, in.ledger = cons, ack, newLedger(cons)
+	in.ledger.stuck = func(cause error) {
+		in.giveUp(fmt.Errorf("every kshare_txn output that writes its messages has stopped, the last one because its %w", cause))
+	}
 	in.acker = newAcker(cons, ack, in.ledger, c.txnTimeout, in.log, in.metrics)
+	in.acker.stuck = func(cause error) {
+		in.giveUp(fmt.Errorf("its acknowledger %s %s: %w", c.txnID, fatalWhy(cause), cause))
+	}
 	in.log.Infof("kshare_share: group %s, topics %v, acknowledger %s", c.group, c.topics, c.txnID)
 	return nil
 }
@@ -382,8 +401,8 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	if in.cons == nil {
 		return nil, nil, service.ErrNotConnected
 	}
-	if err := in.acker.fatal(); err != nil {
-		return nil, nil, err
+	if in.endCause() != nil {
+		return nil, nil, service.ErrEndOfInput
 	}
 	if in.batcher == nil {
 		if len(in.queued) == 0 {
@@ -397,6 +416,9 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	}
 	for {
 		for len(in.queued) > 0 {
+			if in.endCause() != nil {
+				return nil, nil, service.ErrEndOfInput
+			}
 			h := in.queued[0]
 			in.queued = in.queued[1:]
 			in.inBatch = append(in.inBatch, h)
@@ -404,10 +426,10 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 				return in.flush(ctx)
 			}
 		}
+		// With messages waiting and a period, poll until the period
+		// ends, and then flush. (UntilNext never says 0: once the
+		// period has passed, it says 1ns.)
 		wait, timed := in.batcher.UntilNext()
-		if len(in.inBatch) > 0 && timed && wait <= 0 {
-			return in.flush(ctx)
-		}
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if len(in.inBatch) > 0 && timed {
 			pctx, cancel = context.WithTimeout(ctx, wait)
@@ -416,7 +438,7 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && pctx.Err() != nil {
-				continue // the period ended: flush
+				return in.flush(ctx) // the period ended
 			}
 			return nil, nil, err
 		}
@@ -426,11 +448,21 @@ func (in *shareInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 // poll polls once and queues what came, each record with its handle.
 func (in *shareInput) poll(ctx context.Context) error {
 	records, err := in.cons.Poll(ctx)
-	if err != nil {
-		if errors.Is(err, kshare.ErrClosed) {
-			return service.ErrEndOfInput
-		}
+	switch {
+	case err == nil:
+	case errors.Is(err, kshare.ErrClosed):
+		// Closed by giveUp (or Close).
+		return service.ErrEndOfInput
+	case errors.Is(err, kshare.ErrFatal), errors.Is(err, kshare.ErrUnsupported):
+		// Every Poll would return it from now on.
+		in.giveUp(fmt.Errorf("its share consumer %s: %w", fatalWhy(err), err))
+		return service.ErrEndOfInput
+	default:
 		return fmt.Errorf("kshare_share: poll: %w", err)
+	}
+	if in.endCause() != nil {
+		// Ended while it polled: the consumer's Close gives these back.
+		return service.ErrEndOfInput
 	}
 	for _, r := range records {
 		n, _ := in.cons.DeliveryCount(r)
@@ -467,7 +499,13 @@ func (in *shareInput) batch(hs []*pendingAck) (service.MessageBatch, service.Ack
 func (in *shareInput) track(b service.MessageBatch, hs []*pendingAck) (service.MessageBatch, service.AckFunc, error) {
 	idx := b.Index()
 	return b, func(ctx context.Context, err error) error {
-		return in.acker.submit(ctx, decide(hs, idx, err, in.cfg.rejectAfter))
+		aerr := in.acker.submit(ctx, decide(hs, idx, err, in.cfg.rejectAfter))
+		if aerr != nil && in.endCause() != nil {
+			// The input has ended and said why, once; its consumer
+			// gives the records back.
+			return nil
+		}
+		return aerr
 	}, nil
 }
 
@@ -541,6 +579,81 @@ func decide(hs []*pendingAck, idx *service.Indexer, err error, rejectAfter int) 
 	return req
 }
 
+// giveUp ends the input, once: it can commit nothing more (cause says
+// why: its acknowledger or consumer failed fatally, or every kshare_txn
+// output that writes its messages has stopped). Taking more records from
+// the group would only hold them from the instances that can commit them
+// (the consumer renews the locks of what it holds), so it gives back at
+// once what it holds: the ledger releases every pending handle (an output
+// skips their messages) and the consumer closes, which releases the
+// records no transaction staged (one ShareAcknowledge per leader), stops
+// renewing and leaves the group; records staged in a transaction are the
+// transaction's (a fenced producer's open transaction is aborted by the
+// coordinator, and the producer resolves its staged acknowledgements as
+// not committed). It says so once: a warning when a newer instance with
+// the same transactional id fenced this one (the expected end of an
+// instance that another one replaced), an error otherwise. ReadBatch
+// then returns service.ErrEndOfInput, and the stream ends.
+func (in *shareInput) giveUp(cause error) {
+	in.endOnce.Do(func() {
+		in.bgMu.Lock()
+		defer in.bgMu.Unlock()
+		if in.bgStopped {
+			return // closed already: nothing to give back
+		}
+		in.ended.Store(&cause)
+		msg := fmt.Sprintf("kshare_share: group %s: the input can commit nothing more, and ends; the records it holds go back to the group now: %v", in.cfg.group, cause)
+		if isFenced(cause) {
+			in.log.Warn(msg)
+		} else {
+			in.log.Error(msg)
+		}
+		in.ledger.close()
+		in.bg.Add(1)
+		go func() {
+			defer in.bg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			defer cancel()
+			if err := in.closeConsumer(ctx); err != nil {
+				in.log.Warnf("kshare_share: closing the consumer after the end: %v", err)
+			}
+		}()
+	})
+}
+
+// endCause returns why the input ended by itself, or nil.
+func (in *shareInput) endCause() error {
+	if p := in.ended.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// closeConsumer closes the consumer once; a second call waits for the
+// first and returns its result.
+func (in *shareInput) closeConsumer(ctx context.Context) error {
+	in.consOnce.Do(func() { in.consErr = in.cons.Close(ctx) })
+	return in.consErr
+}
+
+// isFenced reports whether err says that a newer producer with the same
+// transactional id fenced the one that returned it.
+func isFenced(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke) && (ke.Code == kerr.ProducerFenced.Code || ke.Code == kerr.InvalidProducerEpoch.Code)
+}
+
+// fatalWhy says what a fatal error of a client means.
+func fatalWhy(err error) string {
+	switch {
+	case isFenced(err):
+		return "was fenced by a newer instance with the same transactional_id"
+	case errors.Is(err, kshare.ErrUnsupported):
+		return "needs what the cluster does not serve"
+	}
+	return "failed fatally"
+}
+
 // Close stops the acker (after the commits it was asked for), closes the
 // acknowledger, releases the records nobody claimed and closes the
 // consumer, which gives back the records it holds outside a transaction.
@@ -564,7 +677,11 @@ func (in *shareInput) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("acknowledger: %w", err))
 		}
 		in.ledger.close()
-		if err := in.cons.Close(ctx); err != nil {
+		in.bgMu.Lock()
+		in.bgStopped = true
+		in.bgMu.Unlock()
+		in.bg.Wait()
+		if err := in.closeConsumer(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("consumer: %w", err))
 		}
 		if len(errs) > 0 {

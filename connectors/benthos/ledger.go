@@ -90,16 +90,60 @@ type recordKey struct {
 // lock, and a redelivery of a record supersedes the handle of the older
 // delivery, so that nothing written from the older delivery can reach an
 // acknowledgement of the newer one.
+//
+// It is also how the input learns that no output can commit its messages
+// any more: every kshare_txn output that writes them registers here
+// (writtenBy), and says so when it can write nothing more (writerStopped).
 type ledger struct {
 	cons *shareconsumer.Consumer
+	// stuck, if set (before the first delivery), is called once and
+	// outside the lock when every output that has written this ledger's
+	// messages has stopped.
+	stuck func(cause error)
 
 	mu     sync.Mutex
 	live   map[recordKey]*pendingAck
 	closed bool
+	// writers are the outputs that took messages of this ledger's
+	// deliveries: true once the output can write nothing more.
+	writers map[any]bool
+	// allStopped is set once every writer has stopped.
+	allStopped bool
 }
 
 func newLedger(cons *shareconsumer.Consumer) *ledger {
-	return &ledger{cons: cons, live: make(map[recordKey]*pendingAck)}
+	return &ledger{cons: cons, live: make(map[recordKey]*pendingAck), writers: make(map[any]bool)}
+}
+
+// writtenBy registers out as an output that writes this ledger's
+// messages.
+func (l *ledger) writtenBy(out any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.writers[out]; !ok {
+		l.writers[out] = false
+	}
+}
+
+// writerStopped records that out, which writes this ledger's messages,
+// can write nothing more, because of cause. When that leaves no output
+// that can, the ledger's stuck function is called with cause: the input
+// can commit nothing of what it delivers through an output, so it has no
+// reason to take more records from the group.
+func (l *ledger) writerStopped(out any, cause error) {
+	l.mu.Lock()
+	l.writers[out] = true
+	all := !l.allStopped
+	for _, stopped := range l.writers {
+		all = all && stopped
+	}
+	if all {
+		l.allStopped = true
+	}
+	l.mu.Unlock()
+	if all && l.stuck != nil {
+		l.stuck(cause)
+	}
 }
 
 // consumer returns the consumer whose deliveries the ledger holds: the one

@@ -18,6 +18,10 @@ func newCounter(mgr *service.Resources, name string) *counter {
 	if mgr != nil {
 		if ms := mgr.Metrics(); ms != nil {
 			c.m = ms.NewCounter(name)
+			// An exporter shows a counter once it has been touched:
+			// show it at zero from the start, so that a scrape finds
+			// every kshare counter (and a rate of 0 is a rate).
+			c.m.Incr(0)
 		}
 	}
 	return c

@@ -62,7 +62,7 @@ Topic, key, partition and timestamp are interpolated per message; the
 		Fields(clientFields()...).
 		Fields(
 			service.NewStringField(fOutTransactional).
-				Description("The transactional id of the output's producer. Give each running instance its own, and keep it across restarts: the new instance's producer then aborts what the old one left open, and fences it. With `max_in_flight` above 1, the producers use this id followed by `-1`, `-2`, ...; keep `max_in_flight` across restarts too."),
+				Description("The transactional id of the output's producer. Give each running instance its own, and keep it across restarts: the new instance's producer then aborts what the old one left open, and fences it. With `max_in_flight` above 1, the producers use this id followed by `-1`, `-2`, ...; keep `max_in_flight` across restarts too. A fenced producer is never used again; once every producer of the output is, the output refuses every batch, and a `kshare_share` input whose messages it wrote (and that no other `kshare_txn` output can write) ends."),
 			service.NewInterpolatedStringField(fTopic).
 				Description("The topic to write each message to.").
 				LintRule(`root = if this.type() == "string" && this.trim() == "" { [ "topic: required, and must not be empty" ] }`),
@@ -209,9 +209,18 @@ type txnOutput struct {
 	res *service.Resources
 
 	mu    sync.Mutex
-	pool  chan *txnProducer // the idle producers; nil until Connect
+	pool  chan *txnProducer // the idle producers that can write; nil until Connect
 	all   []*txnProducer
 	close bool
+	// live counts the producers that can still write; stopped is closed
+	// when the last of them stopped (stopErr says why), and from then on
+	// every batch is refused.
+	live    int
+	stopped chan struct{}
+	stopErr error
+	// ledgers are those of the inputs whose messages the output took:
+	// each is told when the output stops.
+	ledgers map[*ledger]struct{}
 
 	warnedOrphan atomic.Bool
 	metrics      *outputMetrics
@@ -224,7 +233,7 @@ type txnProducer struct {
 	id     string
 	prod   *producer.Producer
 	doubt  []*pendingAck
-	broken error // a fatal error: the producer can do nothing more
+	broken error // a fatal error: the producer can do nothing more, and leaves the pool
 }
 
 func newTxnOutput(conf *service.ParsedConfig, mgr *service.Resources) (*txnOutput, error) {
@@ -232,7 +241,10 @@ func newTxnOutput(conf *service.ParsedConfig, mgr *service.Resources) (*txnOutpu
 	if err != nil {
 		return nil, err
 	}
-	o := &txnOutput{cfg: cfg, log: mgr.Logger(), res: mgr, metrics: newOutputMetrics(mgr)}
+	o := &txnOutput{
+		cfg: cfg, log: mgr.Logger(), res: mgr, metrics: newOutputMetrics(mgr),
+		stopped: make(chan struct{}), ledgers: make(map[*ledger]struct{}),
+	}
 	created(o)
 	return o, nil
 }
@@ -269,6 +281,7 @@ func (o *txnOutput) Connect(ctx context.Context) error {
 		o.pool <- p
 	}
 	o.all = made
+	o.live = len(made)
 	return nil
 }
 
@@ -326,14 +339,108 @@ func (o *txnOutput) WriteBatch(ctx context.Context, b service.MessageBatch) erro
 	var p *txnProducer
 	select {
 	case p = <-pool:
+	case <-o.stopped:
+		return o.refuse(b)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { pool <- p }()
+	err := o.write(ctx, p, b)
 	if p.broken != nil {
-		return p.broken
+		o.retire(p)
+	} else {
+		pool <- p
 	}
-	return o.write(ctx, p, b)
+	return err
+}
+
+// retire takes p, which failed for good, out of the output for good: it
+// is never used (nor retried) again. When it was the last producer that
+// could write, the output has stopped: it says so once, refuses every
+// later batch at once (a nack, which gives their records back), and tells
+// the inputs whose messages it took, each of which ends once no output
+// that writes its messages can.
+func (o *txnOutput) retire(p *txnProducer) {
+	o.mu.Lock()
+	o.live--
+	left, total := o.live, len(o.all)
+	var ledgers []*ledger
+	if left == 0 {
+		o.stopErr = p.broken
+		close(o.stopped)
+		for l := range o.ledgers {
+			ledgers = append(ledgers, l)
+		}
+	}
+	o.mu.Unlock()
+	var msg string
+	if left == 0 {
+		msg = fmt.Sprintf("kshare_txn: the output writes nothing more and refuses every batch from now on: %v", p.broken)
+	} else {
+		msg = fmt.Sprintf("kshare_txn: %v; %d of %d producers left", p.broken, left, total)
+	}
+	if isFenced(p.broken) {
+		o.log.Warn(msg)
+	} else {
+		o.log.Error(msg)
+	}
+	for _, l := range ledgers {
+		l.writerStopped(o, p.broken)
+	}
+}
+
+// refuse fails b because the output has stopped, and tells the inputs of
+// its messages. A batch whose every message belongs to a delivery that
+// has ended (the input gave its records back) is skipped instead, as
+// write skips such messages: their records' redeliveries write them.
+func (o *txnOutput) refuse(b service.MessageBatch) error {
+	o.mu.Lock()
+	cause := o.stopErr
+	o.mu.Unlock()
+	seen := make(map[*ledger]bool)
+	live := 0
+	for _, m := range b {
+		h := ackFrom(m.Context())
+		if h == nil {
+			live++
+			continue
+		}
+		if !seen[h.ledger] {
+			seen[h.ledger] = true
+			o.noteLedger(h.ledger)
+		}
+		if h.ledger.state(h) != released {
+			live++
+		}
+	}
+	if live == 0 {
+		o.metrics.skipped.add(len(b))
+		return nil
+	}
+	return fmt.Errorf("kshare_txn: the output has stopped, and refuses the batch: %w", cause)
+}
+
+// noteLedger registers the output with l, the ledger of an input whose
+// messages it takes; if the output has stopped already, l hears it at
+// once.
+func (o *txnOutput) noteLedger(l *ledger) {
+	o.mu.Lock()
+	_, known := o.ledgers[l]
+	o.ledgers[l] = struct{}{}
+	cause := o.stopErr
+	o.mu.Unlock()
+	if !known {
+		l.writtenBy(o)
+	}
+	if cause != nil {
+		l.writerStopped(o, cause)
+	}
+}
+
+// closing reports whether Close has begun.
+func (o *txnOutput) closing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.close
 }
 
 // plan is what one batch writes and acknowledges.
@@ -398,13 +505,16 @@ func (o *txnOutput) write(ctx context.Context, p *txnProducer, b service.Message
 		learnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.timeout)
 		defer cancel()
 		return o.learn(learnCtx, p)
-	case errors.Is(err, kshare.ErrFatal), errors.Is(err, kshare.ErrUnsupported), errors.Is(err, kshare.ErrClosed):
+	case errors.Is(err, kshare.ErrFatal), errors.Is(err, kshare.ErrUnsupported), errors.Is(err, kshare.ErrClosed) && o.closing():
 		// The producer can do nothing more; Close ends what it can.
+		// (kshare.ErrClosed from a producer that is not closing is
+		// an input's consumer that closed: that transaction aborts,
+		// and the producer goes on.)
 		// Nothing committed unless a commit was sent, and then the
 		// acknowledgements are in the brokers' hands: releasing the
 		// handles only stops this process from writing more of them.
 		o.ledgerSettle(pl, p, released)
-		return o.stop(p, fmt.Errorf("kshare_txn: %w", explain(err)))
+		return o.stop(p, err)
 	default:
 		// kshare.ErrAbortable, or a refused acknowledgement
 		// (shareconsumer.ErrNotHeld is kshare.ErrUsage): nothing of the
@@ -412,7 +522,7 @@ func (o *txnOutput) write(ctx context.Context, p *txnProducer, b service.Message
 		o.metrics.aborted.add(1)
 		o.ledgerSettle(pl, p, released)
 		if aerr := p.prod.AbortTransaction(txnCtx); aerr != nil && !errors.Is(aerr, kshare.ErrAbortable) && !errors.Is(aerr, kshare.ErrInDoubt) {
-			return o.stop(p, fmt.Errorf("kshare_txn: abort after %v: %w", err, aerr))
+			return o.stop(p, fmt.Errorf("abort after %v: %w", err, aerr))
 		}
 		return fmt.Errorf("kshare_txn: transaction aborted, its records come back to the group: %w", err)
 	}
@@ -429,7 +539,7 @@ func (o *txnOutput) begin(ctx context.Context, p *txnProducer) error {
 		err = p.prod.BeginTransaction()
 	}
 	if err != nil {
-		return o.stop(p, fmt.Errorf("kshare_txn: begin transaction: %w", err))
+		return o.stop(p, fmt.Errorf("begin transaction: %w", err))
 	}
 	return nil
 }
@@ -456,7 +566,7 @@ func (o *txnOutput) learn(ctx context.Context, p *txnProducer) error {
 			time.Sleep(100 * time.Millisecond)
 		default:
 			p.settle(released)
-			return o.stop(p, fmt.Errorf("kshare_txn: learning the outcome of an in-doubt commit: %w", aerr))
+			return o.stop(p, fmt.Errorf("learning the outcome of an in-doubt commit: %w", aerr))
 		}
 	}
 }
@@ -473,15 +583,16 @@ func (p *txnProducer) settle(st state) {
 	p.doubt = nil
 }
 
-// stop marks p broken: every later batch on it fails with err. A fatal
+// stop returns the error of a batch that failed with err on p, and marks
+// p broken if err is fatal to it (WriteBatch then retires it). A fatal
 // error means another instance with the same transactional id took over,
 // or the cluster refuses the producer.
 func (o *txnOutput) stop(p *txnProducer, err error) error {
-	if errors.Is(err, kshare.ErrFatal) || errors.Is(err, kshare.ErrUnsupported) || errors.Is(err, kshare.ErrClosed) {
-		p.broken = err
-		o.log.Errorf("kshare_txn: producer %s stopped: %v", p.id, err)
+	if errors.Is(err, kshare.ErrFatal) || errors.Is(err, kshare.ErrUnsupported) || errors.Is(err, kshare.ErrClosed) && o.closing() {
+		p.broken = fmt.Errorf("producer %s %s: %w", p.id, fatalWhy(err), err)
+		return fmt.Errorf("kshare_txn: %w", p.broken)
 	}
-	return err
+	return fmt.Errorf("kshare_txn: %w", err)
 }
 
 func (o *txnOutput) ledgerSettle(pl *plan, p *txnProducer, st state) {
@@ -517,6 +628,7 @@ func (o *txnOutput) plan(b service.MessageBatch, p *txnProducer) (*plan, error) 
 	}
 	lost := make(map[*pendingAck]state)
 	for l, hs := range byLedger {
+		o.noteLedger(l)
 		got, not := l.claim(hs, p)
 		if len(got) > 0 {
 			pl.byLedger[l] = got

@@ -8,6 +8,7 @@ import (
 const (
 	InputName  = "kshare_share"
 	OutputName = "kshare_txn"
+	ReadName   = "kshare_read"
 )
 
 func init() {
@@ -16,14 +17,21 @@ func init() {
 	}
 }
 
-// Register registers the kshare_share input and the kshare_txn output in
-// env. Importing the package registers them in Benthos' global
+// Register registers the kshare_share and kshare_read inputs and the
+// kshare_txn output in env. Importing the package registers them in Benthos' global
 // environment already; Register is for programs that build their own. It
 // fails if env has components of these names.
 func Register(env *service.Environment) error {
 	err := env.RegisterBatchInput(InputName, inputSpec(),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
 			return newShareInput(conf, mgr)
+		})
+	if err != nil {
+		return err
+	}
+	err = env.RegisterBatchInput(ReadName, readSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			return newReadInput(conf, mgr)
 		})
 	if err != nil {
 		return err

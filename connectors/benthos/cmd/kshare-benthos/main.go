@@ -1,10 +1,16 @@
 // Command kshare-benthos is Benthos with kshare's exactly-once share-group
 // components: the open-core Benthos distribution (its pure and io
-// components) plus the kshare_share input and the kshare_txn output. It
-// takes Benthos' own command line:
+// components) plus the kshare_share and kshare_read inputs, the kshare_txn
+// output and a Prometheus metrics exporter. It takes Benthos' own command
+// line:
 //
 //	kshare-benthos -c pipeline.yaml
 //	kshare-benthos list inputs
+//
+// Two of Benthos' defaults differ: the HTTP server binds 127.0.0.1:4195
+// (Benthos binds every interface, 0.0.0.0:4195; set http.address to serve
+// others), and the metrics exporter is prometheus, served on the HTTP
+// server's /metrics.
 //
 // See connectors/benthos/README.md for the components and an example
 // pipeline.
@@ -20,8 +26,20 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure/extended"
 
 	_ "github.com/kshare-go/kshare/connectors/benthos"
+	_ "github.com/kshare-go/kshare/connectors/benthos/prometheus"
 )
 
+// httpAddress is the default address of Benthos' HTTP server (its API,
+// /ping, /ready, /metrics): the loopback interface only.
+const httpAddress = "127.0.0.1:4195"
+
+// schema is Benthos' configuration schema with kshare-benthos' defaults.
+func schema() *service.ConfigSchema {
+	s := service.GlobalEnvironment().FullConfigSchema("", "")
+	s.SetFieldDefault(httpAddress, "http", "address")
+	return s
+}
+
 func main() {
-	service.RunCLI(context.Background())
+	service.RunCLI(context.Background(), service.CLIOptSetMainSchemaFrom(schema))
 }
