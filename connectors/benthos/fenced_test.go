@@ -333,9 +333,7 @@ func testFenced(t *testing.T, maxInFlight int, atCommit, ownOutputs bool, fenced
 	t.Cleanup(c.ObserveRequests(inits.observe))
 	fromZombie := &memberRequests{}
 	t.Cleanup(c.ObserveRequests(fromZombie.observe))
-	// r.yaml, not r.inputTxn: the template's $IN is replaced within
-	// $INTXN too.
-	inTxn, outTxn := r.yaml("$INTXN"), r.yaml("$OUTTXN")
+	inTxn, outTxn := r.inputTxn, r.outTxn
 	yaml := strings.Replace(r.yaml(fencedPipeline), "    key: ${! @kafka_key }\n", fmt.Sprintf("    key: ${! @kafka_key }\n    max_in_flight: %d\n", maxInFlight), 1)
 	zombieYAML, healthyYAML := yaml, yaml
 	if ownOutputs {

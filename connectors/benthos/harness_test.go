@@ -91,10 +91,11 @@ func (c *cluster) newRun(t testing.TB, name string, partitions int32, n, rejectE
 // yaml fills a pipeline template: $SEEDS, $IN, $OUT, $GROUP, $INTXN and
 // $OUTTXN.
 func (r *run) yaml(tmpl string) string {
+	// The longer names first: the replacer tries them in this order.
 	return strings.NewReplacer(
 		"$SEEDS", strings.Join(r.c.seeds, ","),
-		"$IN", r.in, "$OUT", r.out, "$GROUP", r.group,
 		"$INTXN", r.inputTxn, "$OUTTXN", r.outTxn,
+		"$IN", r.in, "$OUT", r.out, "$GROUP", r.group,
 	).Replace(tmpl)
 }
 
