@@ -201,7 +201,8 @@ func shareRecordStates(t testing.TB, c *Cluster, group, topic string, partition 
 }
 
 // rawShareMember is a share group member driven by raw requests: it joins
-// with ShareGroupHeartbeat and keeps one share session per node.
+// with ShareGroupHeartbeat and keeps one share session per node, whose
+// requests travel on one kept connection per node.
 type rawShareMember struct {
 	t        testing.TB
 	c        *Cluster
@@ -209,6 +210,31 @@ type rawShareMember struct {
 	id       string
 	epoch    int32
 	sessions map[int32]int32 // node -> the next session epoch
+	conns    map[int32]*wireConn
+}
+
+// wire sends a request of the member's session at node on its connection
+// there, opening one if needed.
+func (m *rawShareMember) wire(node int32, req kmsg.Request) kmsg.Response {
+	m.t.Helper()
+	if m.conns == nil {
+		m.conns = map[int32]*wireConn{}
+	}
+	w := m.conns[node]
+	if w == nil {
+		w = dialWire(m.t, m.c, node)
+		m.conns[node] = w
+	}
+	return w.send(req)
+}
+
+// disconnect closes the member's connection to node without closing its
+// session, as a dying process does; the next request goes on a new one.
+func (m *rawShareMember) disconnect(node int32) {
+	if w := m.conns[node]; w != nil {
+		w.close()
+		delete(m.conns, node)
+	}
 }
 
 // shareJoin joins group as member id, subscribed to topic.
@@ -278,7 +304,7 @@ func (m *rawShareMember) fetchFrom(node int32, topic string, partition int32) *k
 	rp.Partition = partition
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareFetchResponse)
+	resp := m.wire(node, req).(*kmsg.ShareFetchResponse)
 	if resp.ErrorCode == 0 {
 		m.sessions[node]++
 	}
@@ -303,7 +329,7 @@ func (m *rawShareMember) acknowledge(topic string, partition int32, first, last 
 	rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareAcknowledgeResponse)
+	resp := m.wire(node, req).(*kmsg.ShareAcknowledgeResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		return err
 	}

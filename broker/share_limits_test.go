@@ -35,7 +35,7 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 		real.Partitions = append(real.Partitions, kmsg.ShareFetchRequestTopicPartition{Partition: p})
 	}
 	req.Topics = append(req.Topics, unknown, real)
-	resp := txnWire(t, c, 0, req).(*kmsg.ShareFetchResponse)
+	resp := m.wire(0, req).(*kmsg.ShareFetchResponse)
 	require.Zero(t, resp.ErrorCode)
 	codes := map[[16]byte]map[int16]int{}
 	for _, rt := range resp.Topics {
@@ -62,7 +62,7 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 	next.GroupID, next.MemberID = &m.group, &m.id
 	next.ShareSessionEpoch = 1
 	next.MaxRecords, next.MaxBytes = 500, 1<<20
-	resp = txnWire(t, c, 0, next).(*kmsg.ShareFetchResponse)
+	resp = m.wire(0, next).(*kmsg.ShareFetchResponse)
 	require.Zero(t, resp.ErrorCode)
 	require.Empty(t, resp.Topics)
 	require.Equal(t, 0, c.handlerPanics)

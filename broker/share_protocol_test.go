@@ -411,7 +411,7 @@ func TestShareFetchAcquireModes(t *testing.T) {
 				rt.TopicID = m.topicID("in")
 				rt.Partitions = append(rt.Partitions, kmsg.NewShareFetchRequestTopicPartition())
 				req.Topics = append(req.Topics, rt)
-				resp := txnWire(t, c, 0, req).(*kmsg.ShareFetchResponse)
+				resp := m.wire(0, req).(*kmsg.ShareFetchResponse)
 				require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
 				m.sessions[0]++
 				n := 0
