@@ -339,6 +339,68 @@ func (m *rawShareMember) acknowledge(topic string, partition int32, first, last 
 	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
 }
 
+// renew sends a RENEW of one range (ShareAcknowledge v2 with IsRenewAck)
+// to the partition's leader and returns the top-level error, or else the
+// partition's.
+func (m *rawShareMember) renew(topic string, partition int32, first, last int64) error {
+	m.t.Helper()
+	node := m.leader(topic, partition)
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = 2
+	req.GroupID, req.MemberID = &m.group, &m.id
+	req.ShareSessionEpoch = m.sessions[node]
+	req.IsRenewAck = true
+	rt := kmsg.NewShareAcknowledgeRequestTopic()
+	rt.TopicID = m.topicID(topic)
+	rp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+	rp.Partition = partition
+	b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = first, last, []int8{int8(wire.AckRenew)}
+	rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := m.wire(node, req).(*kmsg.ShareAcknowledgeResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	m.sessions[node]++
+	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+}
+
+// closeSession closes the member's session at node with a
+// ShareAcknowledge at the final epoch (-1), carrying nothing.
+func (m *rawShareMember) closeSession(node int32) error {
+	m.t.Helper()
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = 2
+	req.GroupID, req.MemberID, req.ShareSessionEpoch = &m.group, &m.id, -1
+	resp := m.wire(node, req).(*kmsg.ShareAcknowledgeResponse)
+	m.sessions[node] = 0
+	return kerr.ErrorForCode(resp.ErrorCode)
+}
+
+// shareConnCloses returns how many closes of connections with share
+// sessions the loop has handled.
+func shareConnCloses(t testing.TB, c *Cluster) int {
+	t.Helper()
+	var n int
+	require.NoError(t, c.do(func() { n = c.stats.shareConnCloses }))
+	return n
+}
+
+// shareAcquireEventually fetches as m until it acquires something and
+// returns what: a released record becomes available once the loop has
+// handled the close that released it, which a test cannot time.
+func shareAcquireEventually(t testing.TB, m *rawShareMember, topic string, partition int32) map[int64]int16 {
+	t.Helper()
+	var got map[int64]int16
+	shareEventually(t, testCtx(t), m.id+" to acquire records", func() bool {
+		got = m.fetch(topic, partition)
+		return len(got) > 0
+	})
+	return got
+}
+
 // shareRange is one acknowledged range for stageTxn.
 type shareRange struct {
 	first, last int64

@@ -50,8 +50,10 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 
 	var held int
 	require.NoError(t, c.do(func() {
-		for _, s := range c.coordinators.share.sessions {
-			held += len(s.parts)
+		for _, byNode := range c.coordinators.share.groups[m.group].sessions {
+			for _, s := range byNode {
+				held += len(s.parts)
+			}
 		}
 	}))
 	require.Equal(t, 2, held, "only the partitions that exist are in the session")
