@@ -8,11 +8,10 @@ package broker
 //   - Served by the group coordinator (NOT_COORDINATOR elsewhere).
 //   - Epoch 0 joins (creating the group; SubscribedTopicNames required) or,
 //     for a member the group has, rejoins keeping its epoch unless the
-//     subscription changed; -1 leaves (releasing every record the member
-//     holds; the answer echoes the member id); any other epoch must be the
-//     member's current one or the one before it (accepted, as Kafka accepts
-//     a client that lost the answer raising it; FENCED_MEMBER_EPOCH
-//     otherwise).
+//     subscription changed; -1 leaves (the answer echoes the member id);
+//     any other epoch must be the member's current one or the one before
+//     it (accepted, as Kafka accepts a client that lost the answer raising
+//     it; FENCED_MEMBER_EPOCH otherwise).
 //   - A non-zero epoch to a group that does not exist is GROUP_ID_NOT_FOUND,
 //     to a member the group does not have UNKNOWN_MEMBER_ID.
 //   - Every member is assigned every partition of the topics it subscribes
@@ -22,8 +21,15 @@ package broker
 //     per turn of the loop, the rest in later turns (Kafka initializes them
 //     asynchronously too); a ShareFetch that comes first initializes its
 //     own partition.
-//   - Members that miss share.session.timeout.ms are fenced and their
-//     records released.
+//   - Members that miss share.session.timeout.ms are fenced.
+//   - As on Kafka 4.4, whose group coordinator does not tell the
+//     share-partition leaders, leaving or being fenced releases nothing
+//     and ends no share session: the member keeps its records, and its
+//     sessions serve it, until a session closes (epoch -1), its
+//     connection closes, or the locks expire (share_session.go). A session
+//     of a departed member that no connection would release any more ends,
+//     keeping its records until their locks expire (Kafka keeps such a
+//     session until its member closes it).
 //
 // Cost:
 //   - O(P) per heartbeat for a member assigned P partitions (the assignment

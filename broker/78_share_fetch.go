@@ -12,10 +12,24 @@ package broker
 //     for a member of the group (UNKNOWN_MEMBER_ID otherwise, deliberately
 //     stricter than Kafka, which lets any member id fetch: see
 //     docs/differences.md, share_fetch/fetch before joining;
-//     acknowledgements on it get INVALID_SHARE_SESSION_EPOCH); later epochs
-//     must be the session's next (INVALID_SHARE_SESSION_EPOCH,
-//     SHARE_SESSION_NOT_FOUND); -1 applies the piggybacked acknowledgements
-//     and closes the session, releasing what the member holds there.
+//     acknowledgements on it get INVALID_SHARE_SESSION_EPOCH), replacing
+//     a session the member had at the node without releasing anything
+//     (the member keeps its records and may acknowledge them in the new
+//     session); later epochs must be the session's next
+//     (INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND); -1 applies
+//     the piggybacked acknowledgements and closes the session, releasing
+//     what the member holds in its partitions there.
+//   - As on Kafka 4.4, the close of the connection whose ShareFetch opened
+//     a session, while it is the last session that connection opened,
+//     ends the session and releases what its member holds in its
+//     partitions, at once (a close the client makes, or the broker: idle,
+//     malformed frames, faults); a connection that only carried later
+//     requests releases nothing. A ShareFetch parked in a long poll holds
+//     its connection until it is answered, so a close during the wait is
+//     seen when the wait ends, as on Kafka. Leaving the group or being
+//     fenced ends no session (ShareGroupHeartbeat).
+//   - No release lowers a delivery count: the delivery cut short counts
+//     (Kafka 4.4 never lowers one either).
 //   - Topics add partitions to the session, ForgottenTopicsData removes
 //     them. A partition that does not exist is answered UNKNOWN_TOPIC_ID
 //     (unknown topic id) or UNKNOWN_TOPIC_OR_PARTITION in that answer and
@@ -47,6 +61,13 @@ package broker
 // Cost:
 //   - O(1) per partition named (the answer's entries are indexed by
 //     partition), plus O(S log S) for a session of S partitions per fetch.
+//   - A session's release (epoch -1, its connection's close) passes over
+//     the in-flight window of each of its S partitions where records are
+//     acquired: O(S × W) for windows of W offsets (at most
+//     share.partition.max.record.locks plus a batch), in slices of
+//     shareReleaseSlotsPerTurn window slots per turn of the loop, the
+//     first at once (share_session.go). A connection on which no session
+//     was opened costs the loop nothing when it closes.
 //
 // Skipped:
 //   - BatchSize (AcquiredRecords are one range per run of offsets with one
@@ -54,7 +75,11 @@ package broker
 //     records already in flight (redelivered records are acquired up to
 //     MaxRecords exactly, which that mode allows);
 //   - MinBytes beyond "at least one record";
-//   - releasing a session's records when its connection closes;
+//   - Kafka's forgetting of a connection's last session when an earlier
+//     session opened on the same connection closes (its close then
+//     releases nothing on Kafka; here it releases the last session's
+//     records: docs/differences.md);
+//   - the share session cache limit (SHARE_SESSION_LIMIT_REACHED);
 //   - authorization.
 
 import (
@@ -83,7 +108,7 @@ func handleShareFetch(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
 	sc := c.coordinators.share
 	now := time.Now()
-	call, err, msg := sc.beginShareCall(r.node.id, req.GroupID, req.MemberID, req.ShareSessionEpoch, true, now)
+	call, err, msg := sc.beginShareCall(r, req.GroupID, req.MemberID, req.ShareSessionEpoch, true, now)
 	resp.AcquisitionLockTimeoutMillis = call.lockMillis
 	if err != nil {
 		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)

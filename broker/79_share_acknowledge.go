@@ -11,8 +11,12 @@ package broker
 //     MemberID are required (INVALID_REQUEST); epoch 0 is
 //     INVALID_SHARE_SESSION_EPOCH, an unknown session
 //     SHARE_SESSION_NOT_FOUND, a wrong epoch INVALID_SHARE_SESSION_EPOCH;
-//     epoch -1 also closes the session, releasing what the member still
-//     holds there.
+//     epoch -1 also closes the session after the acknowledgements it
+//     carries, releasing what the member still holds in the session's
+//     partitions there, without lowering a delivery count (as on Kafka
+//     4.4). A ShareAcknowledge never ties a session to its connection:
+//     only the connection that opened a session releases it when it
+//     closes (ShareFetch).
 //   - Types GAP, ACCEPT, RELEASE and REJECT, and RENEW when v2's IsRenewAck
 //     is set (KIP-1222; INVALID_REQUEST otherwise; INVALID_RECORD_STATE when
 //     the group's share.renew.acknowledge.enable is false), one per range or
@@ -24,8 +28,13 @@ package broker
 //     INVALID_RECORD_STATE.
 //   - A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER
 //     with the current leader and its endpoint.
+//   - A member that left the group or was fenced keeps its session, and
+//     acknowledges in it, as on Kafka (ShareGroupHeartbeat).
 //
 // Skipped:
+//   - Kafka's UNKNOWN_TOPIC_OR_PARTITION from a node that lost the
+//     partition's leadership (a follower now): this node names the new
+//     leader with NOT_LEADER_OR_FOLLOWER;
 //   - authorization.
 
 import (
@@ -42,7 +51,7 @@ func handleShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
 	sc := c.coordinators.share
 	now := time.Now()
-	call, err, msg := sc.beginShareCall(r.node.id, req.GroupID, req.MemberID, req.ShareSessionEpoch, false, now)
+	call, err, msg := sc.beginShareCall(r, req.GroupID, req.MemberID, req.ShareSessionEpoch, false, now)
 	resp.AcquisitionLockTimeoutMillis = call.lockMillis
 	if err != nil {
 		setError(&resp.ErrorCode, &resp.ErrorMessage, err, msg)

@@ -72,6 +72,9 @@ func handleTxnShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 		top, topMsg = kerr.InvalidRequest, "a transactional producer id and epoch are required"
 	default:
 		top, topMsg = sc.checkMemberEpoch(req.GroupID, req.MemberID, req.MemberEpoch)
+		// Records a release of the member's ended session still has to
+		// reach must not be staged first.
+		sc.finishRelease(shareSessionKey{group: req.GroupID, member: req.MemberID, node: r.node.id}, now)
 	}
 	if top != nil {
 		resp.ErrorCode = top.Code

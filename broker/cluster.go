@@ -98,6 +98,12 @@ type loopStats struct {
 	// shareInitsMaxTurn is the most share-partition states one turn
 	// initialized (share_group.go).
 	shareInitsMaxTurn int
+	// shareReleaseMaxTurn is the most in-flight window slots one turn
+	// scanned to release ended share sessions' records (share_session.go).
+	shareReleaseMaxTurn int
+	// shareConnCloses counts the closes of connections that had opened
+	// share sessions, as the loop handled them.
+	shareConnCloses int
 	// longestTurn is the longest the loop spent on one event (a request,
 	// an admin call, a slice of timers) and what it set off: how long one
 	// thing delayed every other client. Benchmarks report it.

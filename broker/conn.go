@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -45,6 +46,11 @@ func (r *request) respond(resp kmsg.Response) {
 type clientConn struct {
 	conn net.Conn
 	node *node
+	// shareSessions is set by the loop once a share session was opened on
+	// the connection: its close must then reach the loop, which releases
+	// that session's records (share_session.go). Other closes cost the
+	// loop nothing.
+	shareSessions atomic.Bool
 }
 
 func (c *Cluster) accept(n *node) {
@@ -97,6 +103,9 @@ func (c *Cluster) serve(cc *clientConn) {
 		c.connsMu.Lock()
 		delete(c.conns, cc)
 		c.connsMu.Unlock()
+		if cc.shareSessions.Load() {
+			c.shareConnClosed(cc)
+		}
 	}()
 	for {
 		frame, err := c.readRequest(cc.conn)
@@ -123,6 +132,17 @@ func (c *Cluster) serve(cc *clientConn) {
 		if _, err := out.WriteTo(cc.conn); err != nil {
 			return
 		}
+	}
+}
+
+// shareConnClosed tells the loop that a connection on which share sessions
+// were opened has closed, whoever closed it (the client, an idle timeout,
+// a fault), and waits until the loop takes it, unless the cluster stops
+// first. It runs on the connection's goroutine, as its last act.
+func (c *Cluster) shareConnClosed(cc *clientConn) {
+	select {
+	case c.adminCh <- func() { c.coordinators.share.connectionClosed(cc, time.Now()) }:
+	case <-c.dying:
 	}
 }
 

@@ -73,11 +73,14 @@ func TestIdleTransactionalIDsCostNothingUntilTheyExpire(t *testing.T) {
 }
 
 // TestEmptyShareGroupsCostNothing: share groups whose members all left
-// are kept, as Kafka keeps them, with no timer and no live state.
+// are kept, as Kafka keeps them, with no timer and no live state; the
+// members' share sessions, which leaving does not end (as on Kafka), end
+// with their connections.
 func TestEmptyShareGroupsCostNothing(t *testing.T) {
 	c := newTestCluster(t)
 	createTopic(t, c, "sq", 1)
 	const groups = 200
+	closes := shareConnCloses(t, c)
 	for i := 0; i < groups; i++ {
 		group := fmt.Sprintf("sg-%d", i)
 		m := shareJoin(t, c, group, "m", "sq")
@@ -87,7 +90,11 @@ func TestEmptyShareGroupsCostNothing(t *testing.T) {
 		req.GroupID, req.MemberID, req.MemberEpoch = group, "m", -1
 		resp := txnWire(t, c, shareGroupCoordinator(t, c, group), req).(*kmsg.ShareGroupHeartbeatResponse)
 		require.NoError(t, kerr.ErrorForCode(resp.ErrorCode))
+		m.disconnect(0)
 	}
+	shareEventually(t, testCtx(t), "every session's connection close handled", func() bool {
+		return shareConnCloses(t, c) == closes+groups
+	})
 	n, _ := timerCount(t, c)
 	require.Zero(t, n, "no member, no lock, no wait: nothing armed")
 	states := map[string]int{}
@@ -96,8 +103,11 @@ func TestEmptyShareGroupsCostNothing(t *testing.T) {
 		sc := c.coordinators.share
 		for _, g := range sc.groups {
 			states[g.state()]++
+			for _, byNode := range g.sessions {
+				sessions += len(byNode)
+			}
 		}
-		sessions = len(sc.sessions)
+		sessions += len(sc.connSessions)
 	}))
 	require.Equal(t, map[string]int{"Empty": groups}, states)
 	require.Zero(t, sessions)

@@ -97,7 +97,7 @@ func benchAcquire(b *testing.B, m *rawShareMember, n int) (first, last int64) {
 	rp := kmsg.NewShareFetchRequestTopicPartition()
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp := txnWire(b, m.c, node, req).(*kmsg.ShareFetchResponse)
+	resp := m.wire(node, req).(*kmsg.ShareFetchResponse)
 	require.NoError(b, kerr.ErrorForCode(resp.ErrorCode))
 	m.sessions[node]++
 	first, last = -1, -1

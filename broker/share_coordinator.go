@@ -38,7 +38,15 @@ type shareCoordinator struct {
 	// group deleted, a leadership move touch only their own.
 	liveByGroup     map[string]map[shareKey]*sharePartition
 	liveByPartition map[*partition]map[shareKey]*sharePartition
-	sessions        map[shareSessionKey]*shareSession
+	// connSessions is, for each client connection, the last share
+	// session it opened, while that session lives: the connection's close
+	// releases it (share_session.go).
+	connSessions map[*clientConn]*shareSession
+	// releasing and releaseQueue are the releases of ended sessions still
+	// running, a slice per turn (shareRelease).
+	releasing    map[shareSessionKey]*shareRelease
+	releaseQueue []*shareRelease
+	releaseArmed bool
 	// initJobs are the groups whose assigned share-partitions are being
 	// initialized a slice per turn (initAssigned).
 	initJobs map[string]*shareInitJob
@@ -57,7 +65,8 @@ func newShareCoordinator(c *Cluster) *shareCoordinator {
 		live:            make(map[shareKey]*sharePartition),
 		liveByGroup:     make(map[string]map[shareKey]*sharePartition),
 		liveByPartition: make(map[*partition]map[shareKey]*sharePartition),
-		sessions:        make(map[shareSessionKey]*shareSession),
+		connSessions:    make(map[*clientConn]*shareSession),
+		releasing:       make(map[shareSessionKey]*shareRelease),
 		initJobs:        make(map[string]*shareInitJob),
 	}
 	sc.states = newShards(c, wire.ShareGroupStateTopic, shardHooks[*shareStateShard]{load: sc.loadShareState})
@@ -282,24 +291,5 @@ func (sc *shareCoordinator) markerWritten(p *partition, m controlMarker) {
 		n := sp.resolve(m.pid, m.commit, sc.deliveryLimit(key.group))
 		sc.flush(sp, now)
 		sc.c.logger.Debug("staged share acknowledgements resolved", "key", key.String(), "producer_id", m.pid, "commit", m.commit, "records", n)
-	}
-}
-
-// releaseMemberRecords releases what member holds in the group's
-// share-partitions led by node (every node when node < 0).
-func (sc *shareCoordinator) releaseMemberRecords(group, member string, node int32, only map[shareTP]struct{}, now time.Time) {
-	for key, sp := range sc.liveByGroup[group] {
-		if !sp.current() || (node >= 0 && sp.leader != node) {
-			continue
-		}
-		if only != nil {
-			if _, ok := only[shareTP{key.topicID, key.partition}]; !ok {
-				continue
-			}
-		}
-		if n := sp.releaseMember(member, sc.deliveryLimit(group)); n > 0 {
-			sc.flush(sp, now)
-			sc.c.logger.Debug("released member's records", "key", key.String(), "member", member, "records", n)
-		}
 	}
 }

@@ -34,6 +34,9 @@ type shareGroup struct {
 	// metadata fingerprints the subscribed topics' ids and partition
 	// counts, so a topic created, deleted or grown moves the epoch.
 	metadata string
+	// sessions are the group's share sessions, by member id and node.
+	// They outlive the member's time in the group (share_session.go).
+	sessions map[string]map[int32]*shareSession
 }
 
 type shareMember struct {
@@ -47,8 +50,7 @@ type shareMember struct {
 	topics     []string // sorted
 	assigned   []kmsg.ShareGroupHeartbeatResponseAssignmentTopicPartition
 	lastSeen   time.Time
-	session    *timer                  // fires when the member's session times out
-	sessions   map[int32]*shareSession // its share sessions, by node
+	session    *timer // fires when the member's session times out
 }
 
 // shareGroupState is the state ShareGroupDescribe and ListGroups report.
@@ -144,7 +146,7 @@ func (sc *shareCoordinator) heartbeat(r *request, req *kmsg.ShareGroupHeartbeatR
 	case req.MemberEpoch != 0 && m == nil:
 		return kerr.UnknownMemberID, "the member is not in the group"
 	case req.MemberEpoch == -1:
-		sc.removeMember(g, m, "left", now)
+		sc.removeMember(g, m, "left")
 		resp.MemberID = kmsg.StringPtr(m.id)
 		resp.MemberEpoch = -1
 		return nil, ""
@@ -293,17 +295,17 @@ func (sc *shareCoordinator) initSlice(group string, now time.Time) {
 	sc.c.after(0, func() { sc.initSlice(group, time.Now()) })
 }
 
-// removeMember takes a member out of its group, releases every record it
-// holds and closes its share sessions. Its TX_PENDING records stay: their
-// transaction decides them.
-func (sc *shareCoordinator) removeMember(g *shareGroup, m *shareMember, why string, now time.Time) {
+// removeMember takes a member out of its group. As on Kafka, where the
+// group coordinator does not tell the share-partition leaders, this
+// releases nothing: the member keeps what it holds, and its share
+// sessions serve it, until a session closes, its connection closes, or the
+// locks expire (share_session.go). Sessions no connection would release
+// end.
+func (sc *shareCoordinator) removeMember(g *shareGroup, m *shareMember, why string) {
 	delete(g.members, m.id)
 	g.epoch++
 	sc.c.disarm(m.session)
-	sc.releaseMemberRecords(g.name, m.id, -1, nil, now)
-	for _, s := range m.sessions {
-		sc.endSession(s)
-	}
+	sc.memberRemoved(g, m.id)
 	sc.c.logger.Info("share group member removed", "group", g.name, "member", m.id, "why", why, "group_epoch", g.epoch)
 }
 
@@ -316,7 +318,7 @@ func (sc *shareCoordinator) armSession(g *shareGroup, m *shareMember) {
 				return
 			}
 			if now.Sub(m.lastSeen) >= sc.sessionTimeout(g.name) {
-				sc.removeMember(g, m, "session timed out", now)
+				sc.removeMember(g, m, "session timed out")
 				return
 			}
 			sc.armSession(g, m)
@@ -392,6 +394,13 @@ func (c *Cluster) deleteShareGroup(name string) *kerr.Error {
 	}
 	for key := range sc.liveByGroup[name] {
 		sc.dropLive(key)
+	}
+	// Sessions of members that left go with the group: their state is
+	// gone, and a fetch in them must not start it again.
+	for _, byNode := range g.sessions {
+		for _, s := range byNode {
+			sc.endSession(s)
+		}
 	}
 	delete(sc.groups, name)
 	c.logger.Info("share group deleted", "group", name)

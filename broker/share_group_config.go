@@ -136,7 +136,7 @@ var groupConfigDefs = []groupConfigDef{
 	},
 	{
 		name: "share.session.timeout.ms", typ: kmsg.ConfigTypeInt, def: constDefault("45000"), min: 1000, max: 3_600_000,
-		doc: "How long a share group member may go without a heartbeat before it is fenced and its records are released.",
+		doc: "How long a share group member may go without a heartbeat before it is fenced. As on Kafka, a fenced member keeps its records until its share session or that session's connection closes, or their locks expire.",
 	},
 	{
 		name: "streams.assignment.interval.ms", typ: kmsg.ConfigTypeInt, def: constDefault("1000"), min: 0, max: 15000,

@@ -173,37 +173,11 @@ func TestShareRenewDisabled(t *testing.T) {
 	c := shareTopicSetup(t, "share.renew.acknowledge.enable", "false")
 	m := shareJoin(t, c, "g", "m", "in")
 	require.Len(t, m.fetch("in", 0), 10)
-	require.ErrorIs(t, m.renew("in", 0, 0), kerr.InvalidRecordState, "RENEW refused by the group config")
+	require.ErrorIs(t, m.renew("in", 0, 0, 0), kerr.InvalidRecordState, "RENEW refused by the group config")
 	require.NoError(t, m.acknowledge("in", 0, 0, 0, wire.AckAccept))
 
 	shareSetGroupConfigs(t, newTestClient(t, c), "g", "share.renew.acknowledge.enable", "true")
-	require.NoError(t, m.renew("in", 0, 1))
-}
-
-// renew renews the lock of one offset with ShareAcknowledge v2.
-func (m *rawShareMember) renew(topic string, partition int32, offset int64) error {
-	m.t.Helper()
-	node := m.leader(topic, partition)
-	req := kmsg.NewPtrShareAcknowledgeRequest()
-	req.Version = 2
-	req.GroupID, req.MemberID = &m.group, &m.id
-	req.ShareSessionEpoch = m.sessions[node]
-	req.IsRenewAck = true
-	rt := kmsg.NewShareAcknowledgeRequestTopic()
-	rt.TopicID = m.topicID(topic)
-	rp := kmsg.NewShareAcknowledgeRequestTopicPartition()
-	rp.Partition = partition
-	b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
-	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = offset, offset, []int8{int8(wire.AckRenew)}
-	rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareAcknowledgeResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return err
-	}
-	m.sessions[node]++
-	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+	require.NoError(t, m.renew("in", 0, 1, 1))
 }
 
 // TestShareLockDurationBounds: share.record.lock.duration.ms is bounded by

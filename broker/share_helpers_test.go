@@ -201,7 +201,8 @@ func shareRecordStates(t testing.TB, c *Cluster, group, topic string, partition 
 }
 
 // rawShareMember is a share group member driven by raw requests: it joins
-// with ShareGroupHeartbeat and keeps one share session per node.
+// with ShareGroupHeartbeat and keeps one share session per node, whose
+// requests travel on one kept connection per node.
 type rawShareMember struct {
 	t        testing.TB
 	c        *Cluster
@@ -209,6 +210,31 @@ type rawShareMember struct {
 	id       string
 	epoch    int32
 	sessions map[int32]int32 // node -> the next session epoch
+	conns    map[int32]*wireConn
+}
+
+// wire sends a request of the member's session at node on its connection
+// there, opening one if needed.
+func (m *rawShareMember) wire(node int32, req kmsg.Request) kmsg.Response {
+	m.t.Helper()
+	if m.conns == nil {
+		m.conns = map[int32]*wireConn{}
+	}
+	w := m.conns[node]
+	if w == nil {
+		w = dialWire(m.t, m.c, node)
+		m.conns[node] = w
+	}
+	return w.send(req)
+}
+
+// disconnect closes the member's connection to node without closing its
+// session, as a dying process does; the next request goes on a new one.
+func (m *rawShareMember) disconnect(node int32) {
+	if w := m.conns[node]; w != nil {
+		w.close()
+		delete(m.conns, node)
+	}
 }
 
 // shareJoin joins group as member id, subscribed to topic.
@@ -278,7 +304,7 @@ func (m *rawShareMember) fetchFrom(node int32, topic string, partition int32) *k
 	rp.Partition = partition
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareFetchResponse)
+	resp := m.wire(node, req).(*kmsg.ShareFetchResponse)
 	if resp.ErrorCode == 0 {
 		m.sessions[node]++
 	}
@@ -303,7 +329,7 @@ func (m *rawShareMember) acknowledge(topic string, partition int32, first, last 
 	rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp := txnWire(m.t, m.c, node, req).(*kmsg.ShareAcknowledgeResponse)
+	resp := m.wire(node, req).(*kmsg.ShareAcknowledgeResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		return err
 	}
@@ -311,6 +337,68 @@ func (m *rawShareMember) acknowledge(topic string, partition int32, first, last 
 	require.Len(m.t, resp.Topics, 1)
 	require.Len(m.t, resp.Topics[0].Partitions, 1)
 	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+}
+
+// renew sends a RENEW of one range (ShareAcknowledge v2 with IsRenewAck)
+// to the partition's leader and returns the top-level error, or else the
+// partition's.
+func (m *rawShareMember) renew(topic string, partition int32, first, last int64) error {
+	m.t.Helper()
+	node := m.leader(topic, partition)
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = 2
+	req.GroupID, req.MemberID = &m.group, &m.id
+	req.ShareSessionEpoch = m.sessions[node]
+	req.IsRenewAck = true
+	rt := kmsg.NewShareAcknowledgeRequestTopic()
+	rt.TopicID = m.topicID(topic)
+	rp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+	rp.Partition = partition
+	b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = first, last, []int8{int8(wire.AckRenew)}
+	rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := m.wire(node, req).(*kmsg.ShareAcknowledgeResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	m.sessions[node]++
+	return kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+}
+
+// closeSession closes the member's session at node with a
+// ShareAcknowledge at the final epoch (-1), carrying nothing.
+func (m *rawShareMember) closeSession(node int32) error {
+	m.t.Helper()
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = 2
+	req.GroupID, req.MemberID, req.ShareSessionEpoch = &m.group, &m.id, -1
+	resp := m.wire(node, req).(*kmsg.ShareAcknowledgeResponse)
+	m.sessions[node] = 0
+	return kerr.ErrorForCode(resp.ErrorCode)
+}
+
+// shareConnCloses returns how many closes of connections with share
+// sessions the loop has handled.
+func shareConnCloses(t testing.TB, c *Cluster) int {
+	t.Helper()
+	var n int
+	require.NoError(t, c.do(func() { n = c.stats.shareConnCloses }))
+	return n
+}
+
+// shareAcquireEventually fetches as m until it acquires something and
+// returns what: a released record becomes available once the loop has
+// handled the close that released it, which a test cannot time.
+func shareAcquireEventually(t testing.TB, m *rawShareMember, topic string, partition int32) map[int64]int16 {
+	t.Helper()
+	var got map[int64]int16
+	shareEventually(t, testCtx(t), m.id+" to acquire records", func() bool {
+		got = m.fetch(topic, partition)
+		return len(got) > 0
+	})
+	return got
 }
 
 // shareRange is one acknowledged range for stageTxn.

@@ -35,7 +35,7 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 		real.Partitions = append(real.Partitions, kmsg.ShareFetchRequestTopicPartition{Partition: p})
 	}
 	req.Topics = append(req.Topics, unknown, real)
-	resp := txnWire(t, c, 0, req).(*kmsg.ShareFetchResponse)
+	resp := m.wire(0, req).(*kmsg.ShareFetchResponse)
 	require.Zero(t, resp.ErrorCode)
 	codes := map[[16]byte]map[int16]int{}
 	for _, rt := range resp.Topics {
@@ -50,8 +50,10 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 
 	var held int
 	require.NoError(t, c.do(func() {
-		for _, s := range c.coordinators.share.sessions {
-			held += len(s.parts)
+		for _, byNode := range c.coordinators.share.groups[m.group].sessions {
+			for _, s := range byNode {
+				held += len(s.parts)
+			}
 		}
 	}))
 	require.Equal(t, 2, held, "only the partitions that exist are in the session")
@@ -62,7 +64,7 @@ func TestShareFetchUnknownPartitionsStayOutOfTheSession(t *testing.T) {
 	next.GroupID, next.MemberID = &m.group, &m.id
 	next.ShareSessionEpoch = 1
 	next.MaxRecords, next.MaxBytes = 500, 1<<20
-	resp = txnWire(t, c, 0, next).(*kmsg.ShareFetchResponse)
+	resp = m.wire(0, next).(*kmsg.ShareFetchResponse)
 	require.Zero(t, resp.ErrorCode)
 	require.Empty(t, resp.Topics)
 	require.Equal(t, 0, c.handlerPanics)

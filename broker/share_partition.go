@@ -23,8 +23,10 @@ package broker
 //	ACQUIRED  -> ACKNOWLEDGED                   ACCEPT
 //	ACQUIRED  -> ARCHIVED                       REJECT, GAP
 //	ACQUIRED  -> AVAILABLE | ARCHIVED (limit)   RELEASE, lock expiry, the
-//	                                            member leaving or fenced, its
-//	                                            share session closing
+//	                                            member's share session
+//	                                            closing (epoch -1, or its
+//	                                            connection's close); the
+//	                                            delivery count stays
 //	ACQUIRED  -> ACQUIRED                       RENEW: a new lock deadline
 //	ACQUIRED  -> TX_PENDING                     TxnShareAcknowledge
 //	TX_PENDING -> ACKNOWLEDGED | ARCHIVED | AVAILABLE (limit)
@@ -663,8 +665,8 @@ func (sp *sharePartition) expire(now time.Time, limit int32) int {
 	return n
 }
 
-// releaseMember releases every record member holds (it left, was fenced,
-// or closed its share session).
+// releaseMember releases every record member holds (its share session
+// closed, or the session's connection did), keeping delivery counts.
 func (sp *sharePartition) releaseMember(member string, limit int32) int {
 	if sp.acquired == 0 {
 		return 0

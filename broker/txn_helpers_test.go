@@ -21,7 +21,13 @@ import (
 // version matters (kgo always picks the highest one).
 func txnWire(t testing.TB, c *Cluster, node int32, req kmsg.Request) kmsg.Response {
 	t.Helper()
-	body := wireRoundTrip(t, c, node, req)
+	return decodeWireResponse(t, req, wireRoundTrip(t, c, node, req))
+}
+
+// decodeWireResponse decodes the answer to req from its frame after the
+// correlation id.
+func decodeWireResponse(t testing.TB, req kmsg.Request, body []byte) kmsg.Response {
+	t.Helper()
 	resp := req.ResponseKind()
 	if resp.IsFlexible() && req.Key() != 18 {
 		r := kbin.Reader{Src: body}
@@ -40,9 +46,15 @@ func wireRoundTrip(t testing.TB, c *Cluster, node int32, req kmsg.Request) []byt
 	conn, err := net.DialTimeout("tcp", c.nodes[node].addr(), 5*time.Second)
 	require.NoError(t, err)
 	defer conn.Close()
+	return wireExchange(t, conn, 7, req)
+}
+
+// wireExchange sends req on conn with correlation id corr and returns the
+// answer's frame after the correlation id.
+func wireExchange(t testing.TB, conn net.Conn, corr int32, req kmsg.Request) []byte {
+	t.Helper()
 	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
-	const corr = 7
-	_, err = conn.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("txn-test")).AppendRequest(nil, req, corr))
+	_, err := conn.Write(kmsg.NewRequestFormatter(kmsg.FormatterClientID("txn-test")).AppendRequest(nil, req, corr))
 	require.NoError(t, err)
 	var size [4]byte
 	_, err = io.ReadFull(conn, size[:])
@@ -50,9 +62,37 @@ func wireRoundTrip(t testing.TB, c *Cluster, node int32, req kmsg.Request) []byt
 	frame := make([]byte, binary.BigEndian.Uint32(size[:]))
 	_, err = io.ReadFull(conn, frame)
 	require.NoError(t, err)
-	require.Equal(t, int32(corr), int32(binary.BigEndian.Uint32(frame)))
+	require.Equal(t, corr, int32(binary.BigEndian.Uint32(frame)))
 	return frame[4:]
 }
+
+// wireConn is one raw connection to a node that stays open across
+// requests, as a share session's must: the broker releases a session's
+// records when the connection that opened it closes. The test closes it.
+type wireConn struct {
+	t    testing.TB
+	conn net.Conn
+	corr int32
+}
+
+// dialWire opens a kept connection to node.
+func dialWire(t testing.TB, c *Cluster, node int32) *wireConn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", c.nodes[node].addr(), 5*time.Second)
+	require.NoError(t, err)
+	w := &wireConn{t: t, conn: conn}
+	t.Cleanup(w.close)
+	return w
+}
+
+// send sends req and decodes its answer.
+func (w *wireConn) send(req kmsg.Request) kmsg.Response {
+	w.t.Helper()
+	w.corr++
+	return decodeWireResponse(w.t, req, wireExchange(w.t, w.conn, w.corr, req))
+}
+
+func (w *wireConn) close() { _ = w.conn.Close() }
 
 // txnErr turns an error code into the kerr error (nil for none), so tests
 // compare names rather than numbers.

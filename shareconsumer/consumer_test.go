@@ -239,12 +239,15 @@ func TestMisuseErrors(t *testing.T) {
 }
 
 // A consumer whose coordinator forgets it (fenced) rejoins with epoch 0 and
-// keeps consuming; the records it held are delivered again.
+// keeps consuming; the records it held are delivered again. As on Kafka,
+// the fence itself releases nothing (the share-partition leader is not
+// told), and the consumer drops its records without releasing them: they
+// come back when their locks expire, short here.
 func TestFencedMemberRejoins(t *testing.T) {
 	e := newEnv(t)
 	const topic, group = "in", "g"
 	e.createTopic(topic, 1)
-	e.groupConfig(group, "share.session.timeout.ms", "1000", "share.heartbeat.interval.ms", "5000")
+	e.groupConfig(group, "share.session.timeout.ms", "1000", "share.heartbeat.interval.ms", "5000", "share.record.lock.duration.ms", "2000")
 	e.produce(topic, 1, values("", 4)...)
 	c := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Explicit))
 	recs := pollRecords(e.ctx, t, c, 4)
@@ -252,8 +255,8 @@ func TestFencedMemberRejoins(t *testing.T) {
 	require.Positive(t, before.MemberEpoch)
 
 	// Heartbeats come every 5s but the session times out after 1s: the
-	// coordinator expels the member, releasing its records; the next
-	// heartbeat is answered UNKNOWN_MEMBER_ID and the member rejoins.
+	// coordinator expels the member; the next heartbeat is answered
+	// UNKNOWN_MEMBER_ID and the member rejoins.
 	again := poll(e.ctx, t, c, 4, func(r *kgo.Record) {
 		n, _ := c.DeliveryCount(r)
 		require.EqualValues(t, 2, n)

@@ -55,6 +55,7 @@ var scenarios = []scenario{
 	{"share_record_locks", scenarioShareRecordLocks},
 	{"share_acknowledgements", scenarioShareAcknowledgements},
 	{"share_offsets_admin", scenarioShareOffsetsAdmin},
+	{"share_sessions", scenarioShareSessions},
 	{"produce_message_size", scenarioProduceMessageSize},
 	{"consumer_heartbeat", scenarioConsumerHeartbeat},
 	{"consumer_offsets", scenarioConsumerOffsets},

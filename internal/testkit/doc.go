@@ -1,7 +1,9 @@
 // Package testkit holds the test helpers that kshare's packages share:
 // kgo clients that a test closes, topic and share-group set-up over the
-// wire, polling a share consumer until records arrive or must not, and
-// waiting for a condition. They work against any cluster.
+// wire, polling a share consumer until records arrive or must not, a
+// share-group member driven by raw requests whose connections a test can
+// drop (ShareMember), and waiting for a condition. They work against any
+// cluster.
 //
 // Only _test.go files import it. It imports no kshare package, so that
 // every package's own in-package tests can use it without an import

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
+	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/testkit"
 	"github.com/kshare-go/kshare/internal/testkit/bundled"
 )
@@ -149,4 +150,42 @@ func TestClusterHelpers(t *testing.T) {
 	ft := &fakeT{}
 	msg := ft.fails(func() { testkit.CreateTopic(ctx, ft, admin, "in", 2) })
 	require.Contains(t, msg, "TOPIC_ALREADY_EXISTS")
+}
+
+// A ShareMember joins, acquires, acknowledges and closes its session with
+// raw requests, on connections of its own: dropping them releases what it
+// holds, and the broker sees the requests it sends.
+func TestShareMember(t *testing.T) {
+	c := bundled.Cluster(t, broker.ShareLockDuration(10*time.Minute))
+	ctx := testkit.Context(t)
+	log := bundled.ObserveRequests(t, c)
+	admin := testkit.Client(t, c.Bootstrap(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	testkit.CreateTopic(ctx, t, admin, "in", 1)
+	testkit.SetGroupConfigs(ctx, t, admin, "g", "share.auto.offset.reset", "earliest")
+	testkit.ProduceRoundRobin(ctx, t, admin, "in", 1, "a", "b", "c")
+
+	m1 := testkit.JoinShare(ctx, t, c.Bootstrap(), "g", "in", 0)
+	m2 := testkit.JoinShare(ctx, t, c.Bootstrap(), "g", "in", 0)
+	require.NotEqual(t, m1.ID, m2.ID)
+	require.Equal(t, "0:1 1:1 2:1", testkit.FormatDeliveries(m1.Acquire(ctx)))
+	top, part := m1.Acknowledge(ctx, false, testkit.Ack(0, 0, testkit.AckAccept))
+	require.Equal(t, [2]string{"OK", "OK"}, [2]string{testkit.ErrName(top), testkit.ErrName(part)})
+	top, part = m1.Acknowledge(ctx, true, testkit.Ack(1, 2, testkit.AckRenew))
+	require.Equal(t, [2]string{"OK", "OK"}, [2]string{testkit.ErrName(top), testkit.ErrName(part)})
+	top, _ = m2.Acknowledge(ctx, false, testkit.Ack(1, 1, testkit.AckAccept))
+	require.Equal(t, "INVALID_SHARE_SESSION_EPOCH", testkit.ErrName(top), "m2 has no session yet")
+
+	m1.Disconnect()
+	require.Equal(t, "1:2 2:2", testkit.FormatDeliveries(m2.Acquire(ctx)), "m1's connection closed")
+	top, part = m2.CloseSession(ctx, true, testkit.Ack(1, 1, testkit.AckAccept))
+	require.Equal(t, [2]string{"OK", "OK"}, [2]string{testkit.ErrName(top), testkit.ErrName(part)})
+	require.Zero(t, m2.SessionEpoch, "the next request opens a session")
+	require.Equal(t, "2:3", testkit.FormatDeliveries(m2.Acquire(ctx)), "the close released 2")
+	require.NotEmpty(t, log.Of(kmsg.ShareFetch.Int16()))
+	require.Len(t, log.Of(kmsg.ShareAcknowledge.Int16()), 3)
+
+	ft := &fakeT{}
+	msg := ft.fails(func() { testkit.JoinShare(ctx, ft, c.Bootstrap(), "", "in", 0) })
+	require.Contains(t, msg, "INVALID_REQUEST")
+	ft.finish()
 }
