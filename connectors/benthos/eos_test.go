@@ -103,9 +103,28 @@ func TestDroppedMessagesAreAcknowledged(t *testing.T) {
 	yaml := strings.Replace(basicPipeline, "\n    - mapping: root = content()\n", dropPoison, 1)
 	p := start(t, testEnv(t, obs, nil), r.yaml(yaml))
 	r.waitAcknowledged(t, 2*time.Minute)
-	// Long enough for a redelivery to show, had a dropped record not been
-	// acknowledged: the stream goes on polling meanwhile.
-	time.Sleep(500 * time.Millisecond)
+	// The stream goes on polling: a redelivery would show in the fetches
+	// that follow. Wait for two whole fetches of the group after every
+	// input was acknowledged (the third request is sent once the second
+	// was answered), not for a time in which some number of them happen
+	// to fit.
+	fetches := make(chan struct{}, 3)
+	stopObserving := c.ObserveRequests(func(_ int32, req kmsg.Request) {
+		if f, ok := req.(*kmsg.ShareFetchRequest); ok && f.GroupID != nil && *f.GroupID == r.group {
+			select {
+			case fetches <- struct{}{}:
+			default:
+			}
+		}
+	})
+	for i := range cap(fetches) {
+		select {
+		case <-fetches:
+		case <-time.After(time.Minute):
+			t.Fatalf("the stream sent %d fetches in a minute after every input was acknowledged", i)
+		}
+	}
+	stopObserving()
 	p.stop(t, 30*time.Second)
 	res := r.verify(t, nil, time.Since(began))
 	requireExactlyOnce(t, res)
