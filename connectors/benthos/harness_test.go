@@ -89,12 +89,13 @@ func (c *cluster) newRun(t testing.TB, name string, partitions int32, n, rejectE
 }
 
 // yaml fills a pipeline template: $SEEDS, $IN, $OUT, $GROUP, $INTXN and
-// $OUTTXN.
+// $OUTTXN. A Replacer tries its old strings in argument order, so $INTXN
+// and $OUTTXN come before $IN and $OUT (which would take their heads).
 func (r *run) yaml(tmpl string) string {
 	return strings.NewReplacer(
 		"$SEEDS", strings.Join(r.c.seeds, ","),
-		"$IN", r.in, "$OUT", r.out, "$GROUP", r.group,
 		"$INTXN", r.inputTxn, "$OUTTXN", r.outTxn,
+		"$IN", r.in, "$OUT", r.out, "$GROUP", r.group,
 	).Replace(tmpl)
 }
 
