@@ -86,26 +86,32 @@ func cgPollAll(t *testing.T, want int, consumers ...*cgKgoConsumer) []string {
 }
 
 // cgWaitStable waits until the group is Stable with n members and returns how
-// many partitions of topic each holds.
-func cgWaitStable(t *testing.T, adm *kadm.Client, group, topic string, n int) map[string]int {
+// many partitions of topic each holds. It polls the consumers given while
+// it waits: a member blocking rebalances on poll lets a revocation go
+// only when it polls, so a group whose members stopped polling might
+// never settle.
+func cgWaitStable(t *testing.T, adm *kadm.Client, group, topic string, n int, polling ...*cgKgoConsumer) map[string]int {
 	t.Helper()
-	var out map[string]int
-	require.Eventually(t, func() bool {
-		described, err := adm.DescribeConsumerGroups(context.Background(), group)
-		if err != nil {
-			return false
+	ctx := testCtx(t)
+	for {
+		described, err := adm.DescribeConsumerGroups(ctx, group)
+		if err == nil {
+			if d := described[group]; d.Err == nil && d.State == "Stable" && len(d.Members) == n {
+				out := make(map[string]int)
+				for _, m := range d.Members {
+					out[m.MemberID] = len(m.Assignment[topic])
+				}
+				return out
+			}
 		}
-		d := described[group]
-		if d.Err != nil || d.State != "Stable" || len(d.Members) != n {
-			return false
+		require.NoError(t, ctx.Err(), "the group did not become Stable with %d members", n)
+		for _, k := range polling {
+			require.NoError(t, k.poll(ctx))
 		}
-		out = make(map[string]int)
-		for _, m := range d.Members {
-			out[m.MemberID] = len(m.Assignment[topic])
+		if len(polling) == 0 {
+			time.Sleep(20 * time.Millisecond)
 		}
-		return true
-	}, 60*time.Second, 20*time.Millisecond)
-	return out
+	}
 }
 
 // TestConsumerGroupKgoRebalances runs kgo consumers with the KIP-848
@@ -133,18 +139,15 @@ func TestConsumerGroupKgoRebalances(t *testing.T) {
 	produce("two")
 	all = cgPollAll(t, len(produced), a, b, d)
 	require.ElementsMatch(t, produced, all, "every record once across the rebalance")
-	for range 20 { // let the members settle, polling so they can revoke
-		for _, k := range []*cgKgoConsumer{a, b, d} {
-			require.NoError(t, k.poll(testCtx(t)))
-		}
-	}
-	require.Equal(t, []int{2, 2, 2}, counts(cgWaitStable(t, adm, group, topic, 3)))
+	// The members settle, polling (so that they can revoke) until the
+	// group is Stable, not for a number of polls.
+	require.Equal(t, []int{2, 2, 2}, counts(cgWaitStable(t, adm, group, topic, 3, a, b, d)))
 
 	a.cl.Close() // leaves with epoch -1
 	produce("three")
 	all = cgPollAll(t, len(produced), a, b, d)
 	require.ElementsMatch(t, produced, all, "every record once after a member left")
-	require.Equal(t, []int{3, 3}, counts(cgWaitStable(t, adm, group, topic, 2)))
+	require.Equal(t, []int{3, 3}, counts(cgWaitStable(t, adm, group, topic, 2, b, d)))
 	require.Equal(t, groupEach(partitions, 60), groupCommitted(t, adm, group, topic))
 	require.Equal(t, 0, c.handlerPanics)
 }
@@ -187,11 +190,7 @@ func TestConsumerGroupKgoStaticRestart(t *testing.T) {
 	a := newCGKgoConsumer(t, c, group, topic, kgo.InstanceID("instance-a"))
 	b := newCGKgoConsumer(t, c, group, topic, kgo.InstanceID("instance-b"))
 	require.ElementsMatch(t, first, cgPollAll(t, len(first), a, b))
-	for range 20 {
-		require.NoError(t, a.poll(testCtx(t)))
-		require.NoError(t, b.poll(testCtx(t)))
-	}
-	require.Equal(t, []int{2, 2}, counts(cgWaitStable(t, adm, group, topic, 2)))
+	require.Equal(t, []int{2, 2}, counts(cgWaitStable(t, adm, group, topic, 2, a, b)))
 	instanceMember := func(instance string) (string, []int32, int32) {
 		described, err := adm.DescribeConsumerGroups(testCtx(t), group)
 		require.NoError(t, err)

@@ -50,12 +50,30 @@ func TestShareKgoTwoConsumersEachRecordOnce(t *testing.T) {
 	prod := shareProducer(t, c)
 	var values []string
 	ends := map[int32]int64{}
-	for round := 0; round < 30; round++ {
+	// Records arrive in rounds: at least 30, and until both members have
+	// got some. Which member a record goes to is a race between their
+	// fetches (a member that joined first may fetch every partition until
+	// its heartbeat tells it of the other), so a fixed number of rounds
+	// would leave "both consume" to how fast each member runs.
+	consumed := func(i int) bool {
+		for _, d := range got.snapshot() {
+			if d.consumer == i {
+				return true
+			}
+		}
+		return false
+	}
+	for round := 0; round < 30 || !consumed(0) || !consumed(1); round++ {
+		require.NoError(t, ctx.Err(), "after %d rounds: member 0 consumed %v, member 1 %v", round, consumed(0), consumed(1))
 		batch := shareValues(fmt.Sprintf("r%d", round), 20)
 		for _, r := range shareProduce(t, prod, "orders", 3, batch...) {
 			ends[r.Partition] = max(ends[r.Partition], r.Offset+1)
 		}
 		values = append(values, batch...)
+		if round >= 30 {
+			// One more round only once this one was delivered.
+			shareEventually(t, ctx, "round delivered", func() bool { return len(got.snapshot()) >= len(values) })
+		}
 	}
 	shareEventually(t, ctx, "every record delivered", func() bool { return len(got.snapshot()) >= len(values) })
 	shareEventually(t, ctx, "every record acknowledged", func() bool {

@@ -66,17 +66,34 @@ func TestImplicitTwoMembersEachRecordOnce(t *testing.T) {
 			}
 		}()
 	}
-	const rounds, perRound = 20, 30
-	for round := range rounds {
-		e.produce(topic, 3, values("r"+strconv.Itoa(round)+"-", perRound)...)
-	}
-	e.eventually("every record delivered", func() bool {
+	// Records arrive in rounds: at least 20, and until both members have
+	// got some. Every member is assigned every partition, so which one
+	// gets a record is a race between their fetches: a fixed number of
+	// rounds would leave "both get records" to how fast each runs.
+	const minRounds, perRound = 20, 30
+	delivered := func() (total int, both bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(seen) == rounds*perRound
+		return len(seen), per[0] > 0 && per[1] > 0
+	}
+	rounds := 0
+	for ; ; rounds++ {
+		if _, both := delivered(); rounds >= minRounds && both {
+			break
+		}
+		require.NoError(t, e.ctx.Err(), "after %d rounds not both members got records", rounds)
+		e.produce(topic, 3, values("r"+strconv.Itoa(rounds)+"-", perRound)...)
+		if rounds >= minRounds {
+			// One more round only once this one was delivered.
+			e.eventually("round delivered", func() bool { n, _ := delivered(); return n == (rounds+1)*perRound })
+		}
+	}
+	e.eventually("every record delivered", func() bool {
+		n, _ := delivered()
+		return n == rounds*perRound
 	})
 	// The members keep polling, so the last records' acceptance goes out.
-	e.allAcknowledged(group, topic, map[int32]int64{0: rounds * perRound / 3, 1: rounds * perRound / 3, 2: rounds * perRound / 3})
+	e.allAcknowledged(group, topic, map[int32]int64{0: int64(rounds * perRound / 3), 1: int64(rounds * perRound / 3), 2: int64(rounds * perRound / 3)})
 	stop()
 	wg.Wait()
 	for v, n := range seen {

@@ -351,9 +351,12 @@ func TestTransactionalRefusedRenewalOfHeldRecordsStops(t *testing.T) {
 	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.RenewHeldLocks(true))
 	p := e.producer("ctp")
 	recs := pollRecords(e.ctx, t, c, 3) // one per partition: three acquisitions
+	// The renewal is waited for, not assumed to have been sent by the
+	// time the locks ran out; then the locks run out, and the consumer
+	// has had the time to ask again had it not stopped.
+	e.eventually("a RENEW of the held records", func() bool { return renews.Load() > 0 })
 	sleepPastLocks(t, c, recs)
 	n := renews.Load()
-	require.Positive(t, n, "the held records' locks were due for renewal")
 	require.LessOrEqual(t, n, int32(3), "at most one refused RENEW per acquisition")
 
 	require.NoError(t, p.BeginTransaction())
@@ -461,15 +464,19 @@ func TestStagedRecordsAreNotScannedAtEveryStep(t *testing.T) {
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 	steps0, scans0 := shareconsumer.SessionWork(c)
-	deadline := time.Now().Add(10 * time.Second)
+	// Poll until the sessions have stepped 60 times (fetches that found
+	// nothing), however long that takes: the test's context bounds it,
+	// not a deadline in which some number of steps happens to fit.
+	const wantSteps = 60
 	for {
 		expectNothing(e.ctx, t, c, 50*time.Millisecond)
-		if steps, _ := shareconsumer.SessionWork(c); steps-steps0 >= 60 || time.Now().After(deadline) {
+		if steps, _ := shareconsumer.SessionWork(c); steps-steps0 >= wantSteps {
 			break
 		}
+		require.NoError(t, e.ctx.Err(), "the sessions stepped fewer than %d times", wantSteps)
 	}
 	steps, scans := shareconsumer.SessionWork(c)
-	require.GreaterOrEqual(t, steps-steps0, 60, "the sessions stepped (fetches that found nothing)")
+	require.GreaterOrEqual(t, steps-steps0, wantSteps, "the sessions stepped (fetches that found nothing)")
 	require.LessOrEqual(t, scans-scans0, 3, "at most one scan per session (the first step of a session), not one per step")
 	require.NoError(t, p.CommitTransaction(e.ctx))
 }

@@ -89,7 +89,8 @@ func (c *cluster) newRun(t testing.TB, name string, partitions int32, n, rejectE
 }
 
 // yaml fills a pipeline template: $SEEDS, $IN, $OUT, $GROUP, $INTXN and
-// $OUTTXN.
+// $OUTTXN. A Replacer tries its old strings in argument order, so $INTXN
+// and $OUTTXN come before $IN and $OUT (which would take their heads).
 func (r *run) yaml(tmpl string) string {
 	// The longer names first: the replacer tries them in this order.
 	return strings.NewReplacer(

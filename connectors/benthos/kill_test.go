@@ -3,6 +3,7 @@ package benthos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -82,10 +83,24 @@ func TestKilledMidBatchRestarts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n, every = 3000, 10
+			const killBatch, killAt = 100, 5
 			c := newCluster(t)
 			r := c.newRun(t, "kill-"+tc.where, 3, n, every)
 			yaml := strings.Replace(basicPipeline, "\n    - mapping: root = content()\n", dropPoison, 1)
 			yaml = strings.Replace(yaml, "    transactional_id: $OUTTXN\n", "    transactional_id: $OUTTXN\n    client_id: kill-out\n    commit_timeout: 3s\n", 1)
+			// How many transactions the run has before it dies is set
+			// here, not by how fast it runs. A fetch hands out whole
+			// record batches (the input producer's: about a thousand
+			// records each when it runs at full speed, a few dozen under
+			// the race detector), so with one transaction per poll the
+			// run could be three transactions long and never reach its
+			// fifth. The pipeline that dies batches killBatch messages per
+			// transaction (count only: it dies long before a batch could
+			// be short), so it has at least (n-n/every)/killBatch
+			// transactions of outputs; the restarted one needs no policy.
+			doomed := strings.Replace(yaml, "    max_wait: 100ms\n", fmt.Sprintf("    max_wait: 100ms\n    batching:\n      count: %d\n", killBatch), 1)
+			require.Contains(t, doomed, "batching:")
+			require.GreaterOrEqual(t, (n-n/every)/killBatch, 2*killAt, "the run is long enough to die in the middle")
 			began := time.Now()
 
 			ks := useKillSwitch(t)
@@ -96,7 +111,7 @@ func TestKilledMidBatchRestarts(t *testing.T) {
 			switch tc.where {
 			case "before":
 				hook := func(ctx context.Context) error {
-					if txns.Add(1) == 5 {
+					if txns.Add(1) == killAt {
 						doKill()
 						return errKilled
 					}
@@ -106,7 +121,7 @@ func TestKilledMidBatchRestarts(t *testing.T) {
 				t.Cleanup(func() { beforeCommitHook.Store(nil) })
 			case "commit":
 				stop := c.InjectFaults(func(_ int32, client string, req kmsg.Request) broker.FaultAction {
-					if end, ok := req.(*kmsg.EndTxnRequest); ok && client == "kill-out" && end.Commit && txns.Add(1) == 5 {
+					if end, ok := req.(*kmsg.EndTxnRequest); ok && client == "kill-out" && end.Commit && txns.Add(1) == killAt {
 						doKill()
 						return broker.FaultAction{Fault: broker.DropRequest}
 					}
@@ -114,11 +129,11 @@ func TestKilledMidBatchRestarts(t *testing.T) {
 				})
 				t.Cleanup(stop)
 			}
-			p := start(t, testEnv(t, &observed{}, nil), r.yaml(yaml))
+			p := start(t, testEnv(t, &observed{}, nil), r.yaml(doomed))
 			select {
 			case <-killed:
 			case <-time.After(time.Minute):
-				t.Fatal("the pipeline never reached its fifth transaction")
+				t.Fatalf("the pipeline never reached its transaction %d (%d begun)", killAt, txns.Load())
 			}
 			// What is left of the dead pipeline stops, in the
 			// background; it can reach no broker.

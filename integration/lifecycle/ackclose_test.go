@@ -130,17 +130,7 @@ func checkpointCloseCase(ctx context.Context, t *testing.T, e *env, i int, key i
 	cancel()
 
 	// The records are acknowledged iff none is available to the group.
-	fresh := e.consumer(t, group, topic)
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	available := 0
-	for {
-		rs, err := fresh.Poll(pctx)
-		if err != nil {
-			break
-		}
-		available += len(rs)
-	}
+	available := e.cameBack(ctx, t, group, topic, 3)
 	switch {
 	case inDoubt:
 		require.Contains(t, []int{0, 3}, available, "an in-doubt commit applied in part")

@@ -55,7 +55,16 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	// does not (a cluster without KIP-1289 fails the first commit, and
 	// that must stop the run at once). The first round then fires at
 	// once, so that every fault lands while the pipeline runs, however
-	// fast it is.
+	// fast it is. The first kill is requested before that: the first
+	// transaction to reach its commit after one committed takes it
+	// (instance.beforeCommit), so it does not depend on this loop seeing
+	// the commit before the pipeline has run its last transaction.
+	first := 0
+	if cfg.Faults.KillWorker && faults[0].left > 0 {
+		faults[0].left--
+		faults[0].fire()
+		first = 1
+	}
 	for stats.committed.Load() == 0 {
 		if !sleep(ctx, 10*time.Millisecond) {
 			return
@@ -63,7 +72,7 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	}
 	ticker := time.NewTicker(cfg.Faults.Interval)
 	defer ticker.Stop()
-	for i := 0; ; i++ {
+	for i := first; ; i++ {
 		if f := faults[i%len(faults)]; f.left > 0 {
 			f.left--
 			f.fire()

@@ -160,7 +160,9 @@ func (in *instance) beforeCommit(ctx context.Context) error {
 	// Only an instance that owns its slot takes a fault: a superseded one
 	// is about to be fenced, which would hide the fault's effect.
 	owner := in.fault.Load() == nil && in.slot.gen.Load() == in.gen
-	if owner && p.kill.CompareAndSwap(true, false) {
+	// The kill is taken only once the pipeline has committed a
+	// transaction (injectFaults requests the first one before that).
+	if owner && p.stats.committed.Load() > 0 && p.kill.CompareAndSwap(true, false) {
 		// The transaction's output reaches the broker first, so that the
 		// killed worker leaves an open transaction behind.
 		if prod != nil {
