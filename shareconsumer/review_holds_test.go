@@ -1,0 +1,96 @@
+package shareconsumer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/shareconsumer"
+)
+
+// REVIEW holds: many goroutines Poll, Release, look records up and read
+// Metrics while renewals run (1s lock, fetch ahead on three leaders, Polls
+// split by a small MaxPollRecords), and Close comes in the middle of it
+// all: no race, no panic, every call returns, every Poll returns at most
+// MaxPollRecords, and after Close every call says ErrClosed. Another
+// member then ends every record (nothing is held forever).
+func TestReviewConcurrentPollReleaseClose(t *testing.T) {
+	const partitions, n, limit = 3, 300, 7
+	e := newEnv(t, broker.Nodes(3), broker.ShareLockDuration(time.Second))
+	e.createTopic("t", partitions)
+	e.groupConfig("g")
+	e.produce("t", partitions, values("v", n)...)
+	c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional),
+		shareconsumer.MaxPollRecords(limit), shareconsumer.RenewHeldLocks(true))
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var polled []*kgo.Record
+	var maxSeen int
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				pctx, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+				recs, err := c.Poll(pctx)
+				cancel()
+				if errors.Is(err, kshare.ErrClosed) {
+					return
+				}
+				mu.Lock()
+				maxSeen = max(maxSeen, len(recs))
+				polled = append(polled, recs...)
+				old := append([]*kgo.Record(nil), polled...)
+				mu.Unlock()
+				for _, r := range recs {
+					c.DeliveryCount(r)
+					c.LockDeadline(r)
+				}
+				// Release some, and some old ones again.
+				if len(recs) > 0 {
+					_, err = c.Release(recs[:len(recs)/2])
+					if errors.Is(err, kshare.ErrClosed) {
+						return
+					}
+					_, _ = c.Release(old[:len(old)/3])
+				}
+				_ = c.Metrics()
+			}
+		}()
+	}
+	e.eventually("records polled and renewed", func() bool {
+		m := c.Metrics()
+		return m.RecordsDelivered > 50 && m.LocksRenewed > 0
+	})
+	require.NoError(t, c.Close(e.ctx))
+	wg.Wait()
+	require.LessOrEqual(t, maxSeen, limit)
+	_, err := c.Poll(e.ctx)
+	require.ErrorIs(t, err, kshare.ErrClosed)
+	_, err = c.Release(polled)
+	require.ErrorIs(t, err, kshare.ErrClosed)
+
+	// (Records released over and over reach the delivery limit and are
+	// archived; the others come to the next member.)
+	other := e.consumer("g", "t")
+	ends := map[int32]int64{}
+	for p := range int32(partitions) {
+		ends[p] = n / partitions
+	}
+	go func() {
+		for e.ctx.Err() == nil {
+			if _, err := other.Poll(e.ctx); errors.Is(err, kshare.ErrClosed) {
+				return
+			}
+		}
+	}()
+	e.allAcknowledged("g", "t", ends)
+}
