@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
@@ -93,4 +94,59 @@ func TestReviewConcurrentPollReleaseClose(t *testing.T) {
 		}
 	}()
 	e.allAcknowledged("g", "t", ends)
+}
+
+// REVIEW holds: acquisitions split by MaxPollRecords (a ShareFetch v1
+// leader hands out one batch of 100 whole) are acknowledged right in
+// Explicit mode (marks on one part, Commit, the next part) and in
+// Transactional mode (records of three parts of one acquisition staged in
+// one transaction), with the parts' delivery counts and lock deadlines
+// looked up correctly.
+func TestReviewSplitAcquisitionsAcknowledge(t *testing.T) {
+	const n, limit = 100, 30
+	t.Run("explicit", func(t *testing.T) {
+		e := newEnv(t, broker.APIVersionCap(kmsg.ShareFetch.Int16(), 1))
+		e.createTopic("t", 1)
+		e.groupConfig("g")
+		e.produce("t", 1, values("v", n)...)
+		c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Explicit), shareconsumer.MaxPollRecords(limit))
+		seen := poll(e.ctx, t, c, n, func(r *kgo.Record) {
+			d, ok := c.DeliveryCount(r)
+			require.True(t, ok)
+			require.EqualValues(t, 1, d)
+			_, ok = c.LockDeadline(r)
+			require.True(t, ok)
+			require.NoError(t, c.Ack(r, kshare.AckAccept))
+			if r.Offset%limit == limit-1 {
+				require.NoError(t, c.Commit(e.ctx))
+			}
+		})
+		for v, k := range seen {
+			require.Equal(t, 1, k, v)
+		}
+		require.NoError(t, c.Commit(e.ctx))
+		e.allAcknowledged("g", "t", map[int32]int64{0: n})
+	})
+	t.Run("transactional", func(t *testing.T) {
+		e := newEnv(t, broker.APIVersionCap(kmsg.ShareFetch.Int16(), 1))
+		e.createTopic("t", 1)
+		e.createTopic("out", 1)
+		e.groupConfig("g")
+		e.produce("t", 1, values("v", n)...)
+		c := e.consumer("g", "t", shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(limit))
+		p := e.producer("tx")
+		var recs []*kgo.Record
+		for len(recs) < 3*limit {
+			got, err := c.Poll(e.ctx)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(got), limit)
+			recs = append(recs, got...)
+		}
+		require.NoError(t, process(e.ctx, t, p, c, recs))
+		e.eventually("the staged parts acknowledged", func() bool { return e.startOffsets("g", "t")[0] >= int64(len(recs)) })
+		for _, r := range recs {
+			_, held := c.DeliveryCount(r)
+			require.False(t, held, "offset %d still held after its commit", r.Offset)
+		}
+	})
 }
