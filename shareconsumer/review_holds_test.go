@@ -150,3 +150,41 @@ func TestReviewSplitAcquisitionsAcknowledge(t *testing.T) {
 		}
 	})
 }
+
+// REVIEW holds: Release skips records staged in a transaction (the
+// transaction's outcome decides them) and records it holds no longer; the
+// staged records then commit. A cluster refuses lock bounds that make no
+// sense (0, inverted, past int32 milliseconds, a default lock outside).
+func TestReviewReleaseSkipsStagedAndBoundsMisuse(t *testing.T) {
+	e := txnEnv(t, 30)
+	c := e.consumer("g", "in", shareconsumer.Mode(shareconsumer.Transactional))
+	p := e.producer("tx")
+	recs := pollRecords(e.ctx, t, c, 30)
+	require.NoError(t, p.BeginTransaction())
+	for _, r := range recs {
+		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: r.Value}, nil)
+	}
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
+	n, err := c.Release(recs)
+	require.NoError(t, err)
+	require.Zero(t, n, "staged records released")
+	require.NoError(t, p.CommitTransaction(e.ctx))
+	require.Len(t, e.readCommitted("out", 30), 30)
+	e.allAcknowledged("g", "in", map[int32]int64{0: 10, 1: 10, 2: 10})
+	n, err = c.Release(recs)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	for _, opts := range [][]broker.Opt{
+		{broker.ShareLockDurationBounds(0, 0)},
+		{broker.ShareLockDurationBounds(time.Minute, time.Second)},
+		{broker.ShareLockDurationBounds(time.Second, time.Duration(1<<31)*time.Millisecond)},
+		{broker.ShareLockDurationBounds(time.Second, time.Hour), broker.ShareLockDuration(500 * time.Millisecond)},
+	} {
+		c, err := broker.NewCluster(opts...)
+		if err == nil {
+			c.Close()
+		}
+		require.Error(t, err)
+	}
+}
