@@ -188,3 +188,25 @@ func TestReviewReleaseSkipsStagedAndBoundsMisuse(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+// REVIEW holds: MaxPollInterval at its extremes: zero and negative are
+// refused by New; the largest duration and 1ns work (no overflow, no
+// panic), and every record is delivered once.
+func TestReviewMaxPollIntervalExtremes(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := shareconsumer.New(shareconsumer.SeedBrokers("127.0.0.1:1"), shareconsumer.Group("g"),
+			shareconsumer.Topics("t"), shareconsumer.MaxPollInterval(d))
+		require.ErrorIs(t, err, kshare.ErrUsage)
+	}
+	for _, d := range []time.Duration{time.Duration(1<<63 - 1), time.Nanosecond} {
+		e := newEnv(t)
+		e.createTopic("t", 1)
+		e.groupConfig("g")
+		e.produce("t", 1, values("v", 50)...)
+		c := e.consumer("g", "t", shareconsumer.MaxPollRecords(7), shareconsumer.MaxPollInterval(d))
+		seen := poll(e.ctx, t, c, 50, nil)
+		for v, n := range seen {
+			require.Equal(t, 1, n, "%s with MaxPollInterval %v", v, d)
+		}
+	}
+}
