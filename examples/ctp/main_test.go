@@ -134,6 +134,10 @@ func TestInterruptIsIncomplete(t *testing.T) {
 	require.Equal(t, eos.ExitIncomplete, exit.ExitCode())
 	require.Contains(t, stdout.String(), "exactly-once: INCOMPLETE (stopped by Ctrl-C (SIGINT) after ")
 	require.Contains(t, stdout.String(), "inputs processed")
+	// The share state was still followed after the run stopped: its
+	// reader outlives the run (it used to stop with it, and the
+	// verification waited for it until its own timeout).
+	require.Regexp(t, `archived inputs known from +broker\n`, stdout.String())
 }
 
 // watchWriter is the stderr of an in-process run: it calls on once, when

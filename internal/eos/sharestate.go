@@ -101,11 +101,13 @@ func watchShareState(ctx context.Context, seeds []string, adm *kadm.Client, grou
 	if err != nil {
 		return nil, fmt.Errorf("share state reader: %w", err)
 	}
-	go w.run(ctx)
+	// The watch reads until stop, not until ctx ends: the verification
+	// reads it after the run's context ended.
+	go w.run(context.WithoutCancel(ctx))
 	return w, nil
 }
 
-// run reads the state log until ctx ends or stop closes the client.
+// run reads the state log until stop closes the client.
 func (w *shareStateWatch) run(ctx context.Context) {
 	defer close(w.done)
 	for {
@@ -219,8 +221,12 @@ func (w *shareStateWatch) ended(ctx context.Context, adm *kadm.Client, in *Input
 		case !behind:
 			return w.endedOf(in), nil
 		}
-		if !sleep(ctx, 20*time.Millisecond) {
+		select {
+		case <-w.done:
+			return nil, fmt.Errorf("the reader of %s stopped before it reached the end", shareStateTopic)
+		case <-ctx.Done():
 			return nil, fmt.Errorf("reading %s to its end: %w", shareStateTopic, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
