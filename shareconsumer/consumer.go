@@ -82,7 +82,12 @@ type Consumer struct {
 	lastPoll time.Time
 	// pollGen counts the Polls; a session fetches ahead once per Poll.
 	pollGen uint64
-	metrics Metrics
+	// slow is set once the application left what was fetched for it
+	// unpolled for MaxPollInterval: from then on nothing is fetched ahead,
+	// and one session at a time (fetchTurn) fetches for a waiting Poll.
+	slow      bool
+	fetchTurn int
+	metrics   Metrics
 	// unseenWarnAt and unseenSinceWarn pace the warnings about records
 	// that expired before Poll returned them.
 	unseenWarnAt    time.Time
@@ -310,7 +315,10 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	case Explicit:
 		c.sendDecidedLocked(nil)
 	}
-	c.held.sweep(time.Now())
+	now := time.Now()
+	c.held.sweep(now, func(tp kshare.TopicPartition, n int) {
+		c.noteExpiredUnseenLocked(n, tp.Topic, tp.Partition, now)
+	})
 	c.startPollingLocked()
 	defer c.stopPolling()
 	for {
@@ -486,6 +494,9 @@ func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 		if len(res.groups) == 0 {
 			s.buffered = nil
 			s.poke()
+			if c.slow {
+				c.passTurnLocked(s) // the next Poll asks the next leader
+			}
 		}
 	}
 	if n > 0 {

@@ -1,6 +1,7 @@
 package shareconsumer
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"time"
@@ -152,6 +153,9 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 		s.renewDueByLocked(deadline)
 		c.signalReady()
 	}
+	if c.slow && len(res.groups) == 0 {
+		c.passTurnLocked(s) // nothing here: the Poll asks the next leader
+	}
 }
 
 // acquireLocked turns the AcquiredRecords of one partition into
@@ -180,7 +184,10 @@ func (s *session) acquireLocked(tp kshare.TopicPartition, id [16]byte, rp *kmsg.
 			continue
 		}
 		prevLast = ar.LastOffset
+		d := &delivery{count: max(ar.DeliveryCount, 1)}
+		tagged := context.WithValue(context.Background(), deliveryKey{}, d)
 		a := &acquisition{
+			delivery:   d,
 			tp:         tp,
 			topicID:    id,
 			sess:       s,
@@ -212,6 +219,7 @@ func (s *session) acquireLocked(tp kshare.TopicPartition, id [16]byte, rp *kmsg.
 				addGap(next, r.Offset-1)
 			}
 			a.set(int(r.Offset-a.first), stBuffered)
+			r.Context = tagged
 			g.recs = append(g.recs, r)
 			next = r.Offset + 1
 		}

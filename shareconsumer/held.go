@@ -4,6 +4,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/wire"
@@ -27,10 +29,31 @@ const (
 	stStaged
 )
 
+// delivery identifies one acquisition of records (one AcquiredRecords
+// range), and the parts Poll split off it, to the *kgo.Record values Poll
+// returned from it: each record's Context carries it (deliveryOf), so that
+// a record of an ended delivery is told from the newer delivery of its
+// offset.
+type delivery struct{ count int16 }
+
+// deliveryKey is the Context key of a record's delivery.
+type deliveryKey struct{}
+
+// deliveryOf returns the delivery r came from, or nil for a record that
+// did not come from this package's Poll.
+func deliveryOf(r *kgo.Record) *delivery {
+	if r.Context == nil {
+		return nil
+	}
+	d, _ := r.Context.Value(deliveryKey{}).(*delivery)
+	return d
+}
+
 // acquisition is one AcquiredRecords range of one ShareFetch response: the
 // offsets a leader locked for this member in one go, with one delivery count
 // and one lock deadline.
 type acquisition struct {
+	delivery   *delivery
 	tp         kshare.TopicPartition
 	topicID    [16]byte
 	sess       *session
@@ -258,6 +281,7 @@ func (h *heldSet) add(a *acquisition) {
 func (h *heldSet) split(a *acquisition, at int64) *acquisition {
 	idx := int(at - a.first)
 	b := &acquisition{
+		delivery:     a.delivery,
 		tp:           a.tp,
 		topicID:      a.topicID,
 		sess:         a.sess,
@@ -324,17 +348,25 @@ func (h *heldSet) compact(tp kshare.TopicPartition) {
 // expired acquisitions, except staged ones, which wait for their
 // transaction's Resolve. An expired acquisition is kept for one more lock
 // duration, so that acknowledging its records in that time fails with
-// ErrLockExpired rather than ErrNotHeld.
-func (h *heldSet) sweep(now time.Time) {
+// ErrLockExpired rather than ErrNotHeld. unseen is called with the count
+// of records fetched ahead that expired before Poll returned them.
+func (h *heldSet) sweep(now time.Time, unseen func(tp kshare.TopicPartition, n int)) {
 	for tp, p := range h.parts {
 		for _, a := range p.acqs {
 			if now.Before(a.deadline.Add(a.lockDur)) {
 				continue
 			}
+			n := 0
 			for i, st := range a.states {
 				if st != stFree && st != stStaged {
+					if st == stBuffered {
+						n++
+					}
 					a.set(i, stFree)
 				}
+			}
+			if n > 0 && !a.dead {
+				unseen(tp, n)
 			}
 		}
 		h.compact(tp)

@@ -3,6 +3,7 @@ package shareconsumer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -33,6 +34,9 @@ type renewals struct {
 type heldRenewal struct {
 	acqs []*acquisition
 	offs []int64
+	// buffered says that acqs hold records fetched ahead of Poll: several
+	// of a partition's ranges may then share the RENEW.
+	buffered bool
 }
 
 func (r renewals) empty() bool { return len(r.staged) == 0 && len(r.held) == 0 }
@@ -109,6 +113,13 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				if idle {
 					continue // released instead (releaseIdleLocked)
 				}
+				// Records fetched ahead cannot be staged meanwhile, so
+				// those of several ranges go in one RENEW; one due
+				// takes the partition's others along.
+				if h := due.held[tp]; h != nil && h.buffered && now.Before(a.deadline) {
+					h.acqs = append(h.acqs, a)
+					continue
+				}
 			case a.handover && a.holdsDelivered():
 				if now.Before(a.deadline) { // due now
 					if due.held == nil {
@@ -135,7 +146,16 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				due.held = make(map[kshare.TopicPartition]*heldRenewal)
 			}
 			if due.held[tp] == nil {
-				due.held[tp] = &heldRenewal{acqs: []*acquisition{a}}
+				due.held[tp] = &heldRenewal{acqs: []*acquisition{a}, buffered: a.holdsBuffered()}
+			}
+		}
+		if h := due.held[tp]; h != nil && h.buffered {
+			// The partition's other fetched-ahead ranges, due or not,
+			// ride along.
+			for _, a := range p.acqs {
+				if a.sess == s && !a.dead && !a.renewStopped && !a.renewing && a.holdsBuffered() && !slices.Contains(h.acqs, a) && now.Before(a.deadline) {
+					h.acqs = append(h.acqs, a)
+				}
 			}
 		}
 	}
@@ -178,20 +198,22 @@ func (s *session) renewAheadLocked() time.Duration {
 func (s *session) renewStepLocked(now time.Time, due renewals) step {
 	merged := make(map[kshare.TopicPartition]*jobPart, len(due.staged)+len(due.held))
 	for tp, h := range due.held {
-		a := h.acqs[0]
-		a.renewing, a.renewal = true, h
-		p := &jobPart{topicID: a.topicID}
-		for i, st := range a.states {
-			if st != stDelivered && st != stBuffered {
-				continue
+		sort.Slice(h.acqs, func(i, j int) bool { return h.acqs[i].first < h.acqs[j].first })
+		p := &jobPart{topicID: h.acqs[0].topicID}
+		for _, a := range h.acqs {
+			a.renewing, a.renewal = true, h
+			for i, st := range a.states {
+				if st != stDelivered && st != stBuffered {
+					continue
+				}
+				off := a.first + int64(i)
+				h.offs = append(h.offs, off)
+				if n := len(p.batches); n > 0 && p.batches[n-1].LastOffset == off-1 {
+					p.batches[n-1].LastOffset = off
+					continue
+				}
+				p.batches = append(p.batches, wire.AcknowledgementBatch{FirstOffset: off, LastOffset: off, AcknowledgeType: wire.AckRenew})
 			}
-			off := a.first + int64(i)
-			h.offs = append(h.offs, off)
-			if n := len(p.batches); n > 0 && p.batches[n-1].LastOffset == off-1 {
-				p.batches[n-1].LastOffset = off
-				continue
-			}
-			p.batches = append(p.batches, wire.AcknowledgementBatch{FirstOffset: off, LastOffset: off, AcknowledgeType: wire.AckRenew})
 		}
 		merged[tp] = p
 	}

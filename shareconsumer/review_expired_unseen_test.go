@@ -16,7 +16,7 @@ import (
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
-// REVIEW FINDING: Metrics().ExpiredUnseen (and its WARN line) misses the
+// Review finding (fixed): Metrics().ExpiredUnseen (and its WARN line) misses the
 // records fetched ahead whose lock ran out when the next Poll comes more
 // than one lock duration after the lock ended. Poll sweeps the held
 // records first (heldSet.sweep frees every non-staged offset of an

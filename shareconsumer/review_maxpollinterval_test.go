@@ -11,7 +11,7 @@ import (
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
-// REVIEW FINDING: the records a consumer fetched ahead and then released
+// Review finding (fixed): the records a consumer fetched ahead and then released
 // for MaxPollInterval (releaseIdleLocked) each use up a delivery the
 // application never saw (the broker counts the delivery at acquisition; a
 // RELEASE does not give it back, as in Kafka). The docs promise the

@@ -13,7 +13,7 @@ import (
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
-// REVIEW FINDING: Release's documentation says "A record the broker has
+// Review finding (fixed): Release's documentation says "A record the broker has
 // delivered to this consumer again since Poll returned r is that newer
 // delivery's, and is skipped too." It is not skipped: Release looks the
 // record up by topic, partition and offset only, so releasing the *old*

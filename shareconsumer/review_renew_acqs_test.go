@@ -13,7 +13,7 @@ import (
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
-// REVIEW FINDING: records fetched ahead are renewed one acquisition per
+// Review finding (fixed): records fetched ahead are renewed one acquisition per
 // partition per RENEW request (dueRenewalsLocked keeps only the first due
 // acquisition of a partition in due.held[tp]; the others wait for the
 // next step). A fetch whose AcquiredRecords come as many ranges

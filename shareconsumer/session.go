@@ -255,9 +255,13 @@ func (s *session) nextLocked(now time.Time) step {
 	// records (those it released among them) from the group.
 	if forget := s.forgetLocked(); s.buffered == nil && (len(s.want) > 0 || len(forget) > 0) {
 		switch {
+		case c.polling && c.slow && (c.fetcherLocked() != s || c.bufferedLocked()):
+			// An application slower than MaxPollInterval: one leader at
+			// a time, and none while records wait for the Poll, so that
+			// no answer comes in that the Poll does not take.
 		case c.polling:
 			return s.fetchStepLocked(now, forget, true)
-		case idle || s.renewCap < 0 || s.aheadGen == c.pollGen:
+		case idle || c.slow || s.renewCap < 0 || s.aheadGen == c.pollGen:
 			// Wait for a Poll.
 		case s.renewCap == 0:
 			return step{kind: stepProbe}
@@ -302,8 +306,23 @@ func (s *session) releaseIdleLocked() {
 	c := s.c
 	js := jobSet{quiet: true}
 	n := 0
+	now := time.Now()
 	for _, g := range s.buffered.groups {
 		a := g.acq
+		if !a.usable(now) {
+			if !a.dead { // expired unseen: nothing to release
+				expired := 0
+				for _, st := range a.states {
+					if st == stBuffered {
+						expired++
+					}
+				}
+				c.noteExpiredUnseenLocked(expired, a.tp.Topic, a.tp.Partition, now)
+			}
+			a.take(func(idx int) (wire.AckType, bool) { return 0, a.states[idx] == stBuffered })
+			c.held.compact(a.tp)
+			continue
+		}
 		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
 			if a.states[idx] != stBuffered {
 				return 0, false
@@ -316,8 +335,52 @@ func (s *session) releaseIdleLocked() {
 	s.buffered = nil
 	c.metrics.ReleasedUnseen += int64(n)
 	c.queueLocked(js)
-	c.logger.Info("no Poll for the max poll interval; releasing the records fetched ahead of it, and fetching no more until the next Poll",
-		"node", s.node, "records", n, "max_poll_interval", c.cfg.maxPollInterval)
+	if n > 0 && !c.slow {
+		// Each release costs the records a delivery (the leader counted
+		// it when it handed them out); an application that keeps polling
+		// this slowly must not pay it again and again.
+		c.slow = true
+		c.logger.Warn("no Poll for the max poll interval: the records fetched ahead of the application are released (each release counts towards their delivery limit); from now on the consumer fetches only while a Poll waits, from one leader at a time",
+			"node", s.node, "records", n, "max_poll_interval", c.cfg.maxPollInterval)
+	}
+}
+
+// fetcherLocked returns the session whose turn it is to fetch for a
+// waiting Poll when the application is slow (Consumer.slow): the next one
+// from fetchTurn that has partitions to fetch.
+func (c *Consumer) fetcherLocked() *session {
+	n := len(c.sessOrder)
+	for i := range n {
+		if s := c.sessOrder[(c.fetchTurn+i)%n]; len(s.want) > 0 {
+			return s
+		}
+	}
+	return nil
+}
+
+// bufferedLocked reports whether a session holds records for Poll.
+func (c *Consumer) bufferedLocked() bool {
+	for _, s := range c.sessOrder {
+		if s.buffered != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// passTurnLocked gives the turn to fetch for a slow application to the
+// session after s, and wakes it.
+func (c *Consumer) passTurnLocked(s *session) {
+	n := len(c.sessOrder)
+	for i, t := range c.sessOrder {
+		if t == s {
+			c.fetchTurn = (i + 1) % n
+			break
+		}
+	}
+	if next := c.fetcherLocked(); next != nil {
+		next.poke()
+	}
 }
 
 // forgetLocked lists the partitions in the broker's session that this

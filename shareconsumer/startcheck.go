@@ -100,23 +100,47 @@ func (c *Consumer) noteFirstFetchLocked(tp kshare.TopicPartition, first int64) {
 }
 
 // startCheckLoop waits for the first answers of fresh partitions and logs,
-// once, those whose earlier records the group skipped. It returns when it
-// has looked, or when the consumer closes.
+// at INFO, those whose earlier records the group skipped: once for the
+// partitions answered together (it collects for startCheckSettle after
+// the first of them), and again only for partitions whose leaders answer
+// later. It returns when the consumer closes.
 func (c *Consumer) startCheckLoop() {
 	defer close(c.startCheck.done)
-	select {
-	case <-c.startCheck.wake:
-	case <-c.bgCtx.Done():
-		return
+	looked := make(map[kshare.TopicPartition]bool)
+	for {
+		select {
+		case <-c.startCheck.wake:
+		case <-c.bgCtx.Done():
+			return
+		}
+		select { // the other leaders' first answers come within moments
+		case <-time.After(startCheckSettle):
+		case <-c.bgCtx.Done():
+			return
+		}
+		c.mu.Lock()
+		fresh := make(map[kshare.TopicPartition]int64)
+		for tp, off := range c.startCheck.began {
+			if !looked[tp] {
+				fresh[tp] = off
+				looked[tp] = true
+			}
+		}
+		c.mu.Unlock()
+		if len(fresh) > 0 {
+			c.checkStarts(fresh)
+		}
 	}
-	c.mu.Lock()
-	began := make(map[kshare.TopicPartition]int64, len(c.startCheck.began))
-	for tp, off := range c.startCheck.began {
-		began[tp] = off
-	}
-	c.startCheck.off = true // once
-	c.mu.Unlock()
+}
 
+// startCheckSettle is how long the check collects first answers before it
+// looks at them.
+const startCheckSettle = 100 * time.Millisecond
+
+// checkStarts logs the partitions of began (tp -> the first offset the
+// group's first fetch acquired there, -1 for none) whose earlier records
+// the group skipped.
+func (c *Consumer) checkStarts(began map[kshare.TopicPartition]int64) {
 	ctx, cancel := context.WithTimeout(c.bgCtx, startCheckTimeout)
 	defer cancel()
 	var unknown []kshare.TopicPartition

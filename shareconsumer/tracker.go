@@ -308,6 +308,9 @@ func (c *Consumer) Release(records []*kgo.Record) (int, error) {
 		if !ok || a.states[idx] != stDelivered || !a.usable(now) {
 			continue
 		}
+		if d := deliveryOf(r); d != nil && d != a.delivery {
+			continue // r is of an ended delivery; a newer one holds the offset
+		}
 		if picked[a] == nil {
 			picked[a] = make(map[int]struct{})
 		}
