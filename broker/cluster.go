@@ -208,9 +208,10 @@ func (cfg *config) validate() error {
 		return errors.New("broker: consumer group session timeout and heartbeat interval must be at least 1ms")
 	case cfg.shareMinLock < time.Millisecond || cfg.shareMaxLock < cfg.shareMinLock || cfg.shareMaxLock.Milliseconds() > math.MaxInt32:
 		return fmt.Errorf("broker: ShareLockDurationBounds(%v, %v): need 1ms <= min <= max <= %v", cfg.shareMinLock, cfg.shareMaxLock, time.Duration(math.MaxInt32)*time.Millisecond)
-	case cfg.shareLockDuration < cfg.shareMinLock || cfg.shareLockDuration > cfg.shareMaxLock:
+	case cfg.shareLockDurationSet && (cfg.shareLockDuration < cfg.shareMinLock || cfg.shareLockDuration > cfg.shareMaxLock):
 		return fmt.Errorf("broker: ShareLockDuration(%v) is outside ShareLockDurationBounds [%v, %v]", cfg.shareLockDuration, cfg.shareMinLock, cfg.shareMaxLock)
 	}
+	cfg.shareLockDuration = min(max(cfg.shareLockDuration, cfg.shareMinLock), cfg.shareMaxLock)
 	for id := range cfg.oldNodes {
 		if id < 0 || int(id) >= cfg.nodes {
 			return fmt.Errorf("broker: OldNodes(%d): the cluster has nodes 0..%d", id, cfg.nodes-1)

@@ -90,6 +90,16 @@ func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return kept[i].order < kept[j].order })
 	cut := c.compactionCut(p, now)
+	// The first record of each open transaction in the kept history: its
+	// start stays there, so that the last stable offset does not pass it.
+	keptFirst := make(map[int64]int64)
+	for i := p.batchIndex(cut); i < len(p.batches); i++ {
+		if b := p.batches[i]; b.txn && !b.control {
+			if _, seen := keptFirst[b.pid]; !seen {
+				keptFirst[b.pid] = b.base
+			}
+		}
+	}
 	p.compacting = true // the rewrite itself must not schedule another
 	defer func() { p.compacting = false }()
 	firstOf := make(map[int64]int64)
@@ -123,6 +133,9 @@ func (c *Cluster) compact(p *partition, list compactor, now time.Time) {
 		i = j
 	}
 	c.advanceLogStart(p, cut)
+	for pid, first := range keptFirst {
+		firstOf[pid] = first // before any rewritten record of pid
+	}
 	reopenTxns(p, cut, firstOf)
 	if done != nil {
 		done()
@@ -180,8 +193,9 @@ func openTxnsIntact(p *partition, kept []keptRecord) bool {
 }
 
 // reopenTxns points the transactions open at p whose first offset was cut
-// away at their first rewritten record (or at the cut, when none was kept),
-// so that the last stable offset stays inside the log.
+// away at their first record the log still holds, kept as written or
+// rewritten (firstOf), or at the cut when there is none, so that the last
+// stable offset stays inside the log and before every record of theirs.
 func reopenTxns(p *partition, cut int64, firstOf map[int64]int64) {
 	p.openTxns = p.openTxns[:0]
 	for pid, ps := range p.producers {

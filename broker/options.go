@@ -39,6 +39,9 @@ type config struct {
 	// shareMinLock and shareMaxLock bound share.record.lock.duration.ms
 	// (Kafka's group.share.min/max.record.lock.duration.ms).
 	shareMinLock, shareMaxLock time.Duration
+	// shareLockDurationSet says ShareLockDuration was given: a default
+	// that was not is moved into the bounds instead of refused.
+	shareLockDurationSet bool
 	shareDeliveryLimit         int32
 	shareMaxFetchRecords       int32
 	// groupDefaults are GroupConfigDefault's: group config name -> the
@@ -169,17 +172,18 @@ func ShareTxnAPIs(enabled bool) Opt {
 // ShareLockDuration sets the default acquisition lock duration of share
 // groups (default 30s, Kafka's group.share.record.lock.duration.ms); a group
 // overrides it with the share.record.lock.duration.ms group config. It must
-// lie within ShareLockDurationBounds.
+// lie within ShareLockDurationBounds; without it, the 30s default is moved
+// into them.
 func ShareLockDuration(d time.Duration) Opt {
-	return optFunc(func(c *config) { c.shareLockDuration = d })
+	return optFunc(func(c *config) { c.shareLockDuration, c.shareLockDurationSet = d, true })
 }
 
 // ShareLockDurationBounds sets the bounds of the share.record.lock.duration.ms
 // group config, as Kafka's group.share.min.record.lock.duration.ms and
 // group.share.max.record.lock.duration.ms do (default 1s and 1h; Kafka's
 // are 15s and 60s, see docs/differences.md). A group that asks for a lock
-// outside them is refused with INVALID_CONFIG, and ShareLockDuration must
-// lie within them. Locks shorter than Kafka allows are for tests of lock
+// outside them is refused with INVALID_CONFIG; ShareLockDuration, if given,
+// must lie within them (the 30s default is moved into them). Locks shorter than Kafka allows are for tests of lock
 // expiry: lower min only for them. min must be at least 1ms.
 func ShareLockDurationBounds(min, max time.Duration) Opt {
 	return optFunc(func(c *config) { c.shareMinLock, c.shareMaxLock = min, max })

@@ -14,7 +14,7 @@ import (
 	"github.com/kshare-go/kshare/wire"
 )
 
-// REVIEW FINDING: compaction now keeps the last compactKeep of a
+// Review finding (fixed): compaction now keeps the last compactKeep of a
 // coordinator log as it was written, but reopenTxns still moves the first
 // offset of a transaction open at the compaction whose first record was
 // cut away to its first *rewritten* record, past the records of the same

@@ -200,7 +200,7 @@ func TestShareLockDurationBounds(t *testing.T) {
 
 	for what, opts := range map[string][]Opt{
 		"default lock below the floor": {ShareLockDuration(500 * time.Millisecond)},
-		"default lock above a ceiling": {ShareLockDurationBounds(time.Second, 10*time.Second)}, // the default is 30s
+		"a given lock above a ceiling": {ShareLockDuration(30 * time.Second), ShareLockDurationBounds(time.Second, 10*time.Second)},
 		"inverted bounds":              {ShareLockDurationBounds(time.Minute, time.Second)},
 		"floor below 1ms":              {ShareLockDurationBounds(time.Microsecond, time.Second), ShareLockDuration(time.Second)},
 		"group default below floor":    {GroupConfigDefault(name, "500")},
@@ -208,4 +208,10 @@ func TestShareLockDurationBounds(t *testing.T) {
 		_, err := NewCluster(opts...)
 		require.Error(t, err, what)
 	}
+
+	// The 30s default, not given, follows tighter bounds.
+	tight := newTestClient(t, newTestCluster(t, ShareLockDurationBounds(time.Second, 10*time.Second)))
+	d, _, err := describeGroupConfigs(t, tight, "g")
+	require.NoError(t, err)
+	require.Equal(t, "10000", *d[name].Value)
 }

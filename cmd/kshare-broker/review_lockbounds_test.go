@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// REVIEW FINDING: -max-lock-duration below 30s (or -min-lock-duration
+// Review finding (fixed): -max-lock-duration below 30s (or -min-lock-duration
 // above it) makes kshare-broker refuse to start, whatever else is given:
 // the cluster checks its default lock, ShareLockDuration (30s), against
 // the bounds, and the command has no flag that sets that default. Even a

@@ -8,7 +8,7 @@ import (
 	"github.com/kshare-go/kshare/internal/eos"
 )
 
-// REVIEW FINDING (regression): -lock-duration below 1s no longer works on
+// Review finding (regression, fixed): -lock-duration below 1s no longer works on
 // the cluster the command bundles. The flag accepts any positive duration
 // ("the group's share.record.lock.duration.ms, positive"), and before
 // this change the bundled broker took down to 100ms ("ctp -records 100

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -319,7 +320,10 @@ func clusterFor(brokers string, logger *slog.Logger) (seeds []string, closeFn fu
 	if seeds = splitBrokers(brokers); len(seeds) > 0 {
 		return seeds, func() {}, nil
 	}
-	c, err := broker.NewCluster(broker.Nodes(3), broker.Logger(logger.With("component", "broker")))
+	// Any lock the -lock-duration flag takes: the bundled cluster is for
+	// trying the pipeline out, short locks included.
+	c, err := broker.NewCluster(broker.Nodes(3), broker.Logger(logger.With("component", "broker")),
+		broker.ShareLockDurationBounds(time.Millisecond, time.Duration(math.MaxInt32)*time.Millisecond))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bundled cluster: %w", err)
 	}
