@@ -42,8 +42,8 @@ type config struct {
 	// shareLockDurationSet says ShareLockDuration was given: a default
 	// that was not is moved into the bounds instead of refused.
 	shareLockDurationSet bool
-	shareDeliveryLimit         int32
-	shareMaxFetchRecords       int32
+	shareDeliveryLimit   int32
+	shareMaxFetchRecords int32
 	// groupDefaults are GroupConfigDefault's: group config name -> the
 	// value every group has unless it sets its own.
 	groupDefaults map[string]string
