@@ -187,6 +187,10 @@ func (s *session) doAck(st step) {
 	}
 	if final {
 		s.epoch = openEpoch
+		if !c.closing { // closed after a fence: it opens again
+			clear(s.inSession)
+			s.gen++
+		}
 	} else {
 		s.epoch = nextEpoch(st.ack.ShareSessionEpoch)
 		s.bo.Reset()

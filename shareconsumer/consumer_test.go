@@ -256,15 +256,19 @@ func TestMisuseErrors(t *testing.T) {
 }
 
 // A consumer whose coordinator forgets it (fenced) rejoins with epoch 0 and
-// keeps consuming; the records it held are delivered again. As on Kafka,
-// the fence itself releases nothing (the share-partition leader is not
-// told), and the consumer drops its records without releasing them: they
-// come back when their locks expire, short here.
+// keeps consuming; the records it held are delivered again at once. As on
+// Kafka, the fence itself releases nothing (the share-partition leader is
+// not told): the consumer closes its share sessions with the final epoch,
+// which releases them. (It used to drop them, and they came back when
+// their locks expired.)
 func TestFencedMemberRejoins(t *testing.T) {
 	e := newEnv(t)
 	const topic, group = "in", "g"
 	e.createTopic(topic, 1)
-	e.groupConfig(group, "share.session.timeout.ms", "1000", "share.heartbeat.interval.ms", "5000", "share.record.lock.duration.ms", "2000")
+	// An hour's lock: the records come back because the fenced member
+	// closes its share session, which releases them (a fence itself
+	// releases nothing, as on Kafka 4.4), not because their locks expire.
+	e.groupConfig(group, "share.session.timeout.ms", "1000", "share.heartbeat.interval.ms", "5000", "share.record.lock.duration.ms", "3600000")
 	e.produce(topic, 1, values("", 4)...)
 	c := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Explicit))
 	recs := pollRecords(e.ctx, t, c, 4)

@@ -195,18 +195,28 @@ func (c *Consumer) routeLocked() {
 	}
 }
 
-// fenced handles the coordinator forgetting the member: it released every
-// record the member held, so all locks are gone. The member rejoins with
-// epoch 0 and the same member id.
+// fenced handles the coordinator forgetting the member. A fence releases
+// nothing at the partition leaders (as on Kafka 4.4: the member keeps its
+// records until its share sessions, or their connections, close), so the
+// consumer closes each open share session with the final epoch, which
+// releases the member's records there at once (the acknowledgements
+// queued go with it), and treats every lock as gone. The member rejoins
+// with epoch 0 and the same member id, and its sessions open anew.
 func (c *Consumer) fenced(cause error) {
 	c.mu.Lock()
-	c.logger.Info("share group membership lost; rejoining", "err", cause, "epoch", c.epoch)
+	c.logger.Info("share group membership lost; releasing what the member held and rejoining", "err", cause, "epoch", c.epoch)
 	c.epoch = joinEpoch
 	clear(c.assigned)
 	c.unresolved = nil
 	var jobs []*ackJob
 	for _, s := range c.sessOrder {
-		jobs = append(jobs, s.resetLocked(cause)...)
+		if s.epoch == openEpoch {
+			jobs = append(jobs, s.resetLocked(cause)...)
+			continue
+		}
+		s.closeOnFence = true
+		s.buffered = nil
+		s.poke()
 	}
 	c.held.kill(func(*acquisition) bool { return true })
 	c.routeLocked()

@@ -73,6 +73,9 @@ type session struct {
 	// aheadGen is the Poll (Consumer.pollGen) for which the session last
 	// fetched ahead of the application.
 	aheadGen uint64
+	// closeOnFence asks for the session to be closed (final epoch) and
+	// opened again: the member was fenced.
+	closeOnFence bool
 	// steps and renewScans count the session's steps and its full scans
 	// of the staged records, so that tests can assert that scans do not
 	// grow with steps.
@@ -226,6 +229,14 @@ func (s *session) nextLocked(now time.Time) step {
 	}
 	if now.Before(s.retryAt) {
 		return step{kind: stepWait, until: s.retryAt}
+	}
+	if s.closeOnFence {
+		s.closeOnFence = false
+		if s.epoch != openEpoch {
+			// The member was fenced: the final epoch releases what it
+			// held here; the session opens again after.
+			return s.ackStepLocked(now, finalEpoch)
+		}
 	}
 	if s.needMeta {
 		s.needMeta = false
