@@ -66,6 +66,9 @@ type Cluster struct {
 	leaderListeners []func(p *partition, oldLeader int32)
 	deleteListeners []func(t *topic)
 	markerListeners map[string]func(p *partition, m controlMarker)
+	// lateCopies are the marker copies waiting for their producer's next
+	// transaction (LateMarkerCopiesOnNextTransaction), by partition.
+	lateCopies map[*partition][]*lateCopy
 	compactors      map[string]func(p *partition, now time.Time)
 	coordinators    coordinatorSet
 	timers          timerHeap
@@ -193,7 +196,7 @@ func (cfg *config) validate() error {
 		// At 32767 no TV2 epoch bump is possible, so a commit could never
 		// write its markers.
 		return fmt.Errorf("broker: FirstProducerEpoch(%d) must be in 0..%d", cfg.firstProducerEpoch, math.MaxInt16-1)
-	case cfg.legacyStaleCoordinator < 0, cfg.lateMarkerCopies < 0:
+	case cfg.legacyStaleCoordinator < 0, cfg.lateMarkerCopies < 0, cfg.lateCopiesOnNext < 0:
 		return errors.New("broker: debug durations must not be negative")
 	case cfg.fetchMaxBytes < 1:
 		return fmt.Errorf("broker: FetchMaxBytes(%d): must be positive", cfg.fetchMaxBytes)

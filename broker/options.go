@@ -57,6 +57,8 @@ type config struct {
 	versionCaps            map[int16]map[int32]int16
 	legacyStaleCoordinator time.Duration
 	lateMarkerCopies       time.Duration
+	// lateCopiesOnNext is LateMarkerCopiesOnNextTransaction's bound.
+	lateCopiesOnNext time.Duration
 	// maxFetchWait caps the long poll of Fetch and ShareFetch; a client's
 	// MaxWaitMillis is an int32 and could park a request for weeks.
 	maxFetchWait time.Duration
@@ -296,6 +298,19 @@ func LegacyStaleCoordinator(d time.Duration) Opt {
 // response and retried late would. Zero (default) disables it.
 func LateMarkerCopies(d time.Duration) Opt {
 	return optFunc(func(c *config) { c.lateMarkerCopies = d })
+}
+
+// LateMarkerCopiesOnNextTransaction is a debug switch: every transaction
+// marker is sent once more when the same producer's next transaction
+// first writes to one of the marker's partitions (at the latest maxWait
+// after the marker), the moment at which a late copy does the most harm:
+// a leader that checks it with the legacy rule (OldNodes,
+// LegacyMarkerValidation) commits or aborts that next transaction's
+// records with it. Unlike LateMarkerCopies, whose copies meet an open
+// transaction only when timing allows, it makes that meeting certain,
+// for tests that must see the harm. Zero (default) disables it.
+func LateMarkerCopiesOnNextTransaction(maxWait time.Duration) Opt {
+	return optFunc(func(c *config) { c.lateCopiesOnNext = maxWait })
 }
 
 // FetchMaxBytes caps the record bytes of one Fetch or ShareFetch answer

@@ -66,6 +66,9 @@ func retentionPolicyOf(configs map[string]string) retentionPolicy {
 func (c *Cluster) afterAppend(p *partition, b *storedBatch) {
 	c.storedBytes += int64(len(b.raw))
 	c.changed(p)
+	if b.txn && !b.control && len(c.lateCopies) > 0 {
+		c.lateCopyDue(p, b)
+	}
 	if p.topic.internal {
 		c.maybeCompact(p)
 		return

@@ -27,6 +27,9 @@ func txnCommittedThenNext(t *testing.T, c *Cluster, id, topic string) (pid int64
 	require.Equal(t, e+1, epoch)
 	nextFirst, _ = txnOffsets(t, c, topic, 0)
 	require.NoError(t, txnProduce(t, c, 12, id, topic, 0, pid, epoch, 0, "n+1"))
+	if c.cfg.lateCopiesOnNext > 0 && c.cfg.legacyMarkerValidation {
+		return pid, epoch, nextFirst // the copy that N+1's write called has already ended it
+	}
 	_, lso := txnOffsets(t, c, topic, 0)
 	require.Equal(t, nextFirst, lso, "transaction N+1 is open and holds the LSO")
 	return pid, epoch, nextFirst
@@ -139,13 +142,25 @@ func TestTxnKIP1228LegacyValidationAcceptsLateMarker(t *testing.T) {
 	require.Equal(t, "Ongoing", txnDescribe(t, c, id).State, "while the coordinator still has N+1 open")
 }
 
-// TestTxnLateMarkerCopies uses the LateMarkerCopies switch: the copy of N's
-// commit marker arrives while N+1 is open. Strict leaders refuse it; with
-// LegacyMarkerValidation it is written, the fault KIP-1228 guards against.
+// TestTxnLateMarkerCopies uses the LateMarkerCopies switch (a copy 500ms
+// late) and LateMarkerCopiesOnNextTransaction (a copy when N+1 first
+// writes to the partition): the copy of N's commit marker arrives while
+// N+1 is open. Strict leaders refuse it; with LegacyMarkerValidation it is
+// written, the fault KIP-1228 guards against.
 func TestTxnLateMarkerCopies(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
-			c := newTestCluster(t, Nodes(2), LateMarkerCopies(500*time.Millisecond), LegacyMarkerValidation(legacy))
+	for _, tc := range []struct {
+		name   string
+		copies Opt
+		legacy bool
+	}{
+		{"fixed delay, strict", LateMarkerCopies(500 * time.Millisecond), false},
+		{"fixed delay, legacy", LateMarkerCopies(500 * time.Millisecond), true},
+		{"on the next transaction, strict", LateMarkerCopiesOnNextTransaction(time.Minute), false},
+		{"on the next transaction, legacy", LateMarkerCopiesOnNextTransaction(time.Minute), true},
+	} {
+		legacy := tc.legacy
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCluster(t, Nodes(2), tc.copies, LegacyMarkerValidation(legacy))
 			createTopic(t, c, "copies", 1)
 			const id = "copies"
 
@@ -164,7 +179,7 @@ func TestTxnLateMarkerCopies(t *testing.T) {
 			defer stop()
 
 			pid, epoch, nextFirst := txnCommittedThenNext(t, c, id, "copies")
-			end, _ := txnOffsets(t, c, "copies", 0)
+			end := nextFirst + 1 // N+1's one record, before any copy
 			require.Eventually(t, func() bool {
 				mu.Lock()
 				defer mu.Unlock()

@@ -67,6 +67,9 @@ func (tc *txnCoordinator) sendMarkers(sh *shard[*txnShard], m *txnMeta, now time
 		if d := tc.c.cfg.lateMarkerCopies; d > 0 {
 			tc.sendLateCopy(leader, req, d)
 		}
+		if d := tc.c.cfg.lateCopiesOnNext; d > 0 {
+			tc.c.awaitNextTransaction(leader, req, d)
+		}
 		if err != nil {
 			tc.c.logger.Warn("marker request failed; retrying", "transactional_id", m.id, "node", leader, "err", err)
 			continue
@@ -139,19 +142,89 @@ func (tc *txnCoordinator) markerResults(m *txnMeta, resp *kmsg.WriteTxnMarkersRe
 
 // sendLateCopy sends req to node once more after d (LateMarkerCopies).
 func (tc *txnCoordinator) sendLateCopy(node int32, req *kmsg.WriteTxnMarkersRequest, d time.Duration) {
-	tc.c.after(d, func() {
-		resp, err := tc.c.internalRequest(node, req)
-		if err != nil {
-			tc.c.logger.Info("late marker copy failed", "node", node, "err", err)
-			return
-		}
-		for _, rm := range resp.(*kmsg.WriteTxnMarkersResponse).Markers {
-			for _, rt := range rm.Topics {
-				for _, rp := range rt.Partitions {
-					tc.c.logger.Info("late marker copy answered", "node", node, "producer_id", rm.ProducerID,
-						"topic", rt.Topic, "partition", rp.Partition, "err", kerr.ErrorForCode(rp.ErrorCode))
-				}
+	tc.c.after(d, func() { tc.c.sendMarkerCopy(node, req) })
+}
+
+// sendMarkerCopy sends a copy of marker request req to node and logs the
+// answer.
+func (c *Cluster) sendMarkerCopy(node int32, req *kmsg.WriteTxnMarkersRequest) {
+	resp, err := c.internalRequest(node, req)
+	if err != nil {
+		c.logger.Info("late marker copy failed", "node", node, "err", err)
+		return
+	}
+	for _, rm := range resp.(*kmsg.WriteTxnMarkersResponse).Markers {
+		for _, rt := range rm.Topics {
+			for _, rp := range rt.Partitions {
+				c.logger.Info("late marker copy answered", "node", node, "producer_id", rm.ProducerID,
+					"topic", rt.Topic, "partition", rp.Partition, "err", kerr.ErrorForCode(rp.ErrorCode))
 			}
 		}
-	})
+	}
+}
+
+// lateCopy is a marker copy waiting for the next transaction of its
+// producer to write to one of its partitions
+// (LateMarkerCopiesOnNextTransaction).
+type lateCopy struct {
+	node  int32
+	req   *kmsg.WriteTxnMarkersRequest
+	pid   int64
+	epoch int16
+	parts []*partition
+	sent  bool
+}
+
+// awaitNextTransaction holds a copy of req (one marker, for partitions
+// that node leads) until its producer's next transaction writes to one of
+// them, or until maxWait.
+func (c *Cluster) awaitNextTransaction(node int32, req *kmsg.WriteTxnMarkersRequest, maxWait time.Duration) {
+	mk := req.Markers[0]
+	lc := &lateCopy{node: node, req: req, pid: mk.ProducerID, epoch: mk.ProducerEpoch}
+	for _, t := range mk.Topics {
+		for _, part := range t.Partitions {
+			if p := c.partitionOf(t.Topic, part); p != nil {
+				lc.parts = append(lc.parts, p)
+			}
+		}
+	}
+	if c.lateCopies == nil {
+		c.lateCopies = make(map[*partition][]*lateCopy)
+	}
+	for _, p := range lc.parts {
+		c.lateCopies[p] = append(c.lateCopies[p], lc)
+	}
+	c.after(maxWait, func() { c.sendLateCopyNow(lc) })
+}
+
+// lateCopyDue sends, after the event at hand, the marker copies at p that
+// wait for a transactional batch of producer pid at epoch.
+func (c *Cluster) lateCopyDue(p *partition, b *storedBatch) {
+	for _, lc := range c.lateCopies[p] {
+		if !lc.sent && lc.pid == b.pid && lc.epoch <= b.epoch {
+			c.after(0, func() { c.sendLateCopyNow(lc) })
+		}
+	}
+}
+
+// sendLateCopyNow sends lc once, and forgets it.
+func (c *Cluster) sendLateCopyNow(lc *lateCopy) {
+	if lc.sent {
+		return
+	}
+	lc.sent = true
+	for _, p := range lc.parts {
+		waiting := c.lateCopies[p][:0]
+		for _, other := range c.lateCopies[p] {
+			if other != lc {
+				waiting = append(waiting, other)
+			}
+		}
+		if len(waiting) == 0 {
+			delete(c.lateCopies, p)
+		} else {
+			c.lateCopies[p] = waiting
+		}
+	}
+	c.sendMarkerCopy(lc.node, lc.req)
 }

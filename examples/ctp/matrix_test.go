@@ -182,12 +182,13 @@ func TestExactlyOnceFaultMatrix(t *testing.T) {
 // holds duplicates. The checker must see it. The same run with the strict
 // rule is exactly-once (the "late marker copies" case of the matrix).
 func TestCheckerDetectsLegacyMarkerViolation(t *testing.T) {
-	// heldTxns and lateCopy (see mixedversions_test.go) make the window in
-	// which a late copy meets the next transaction hundreds of
-	// milliseconds wide: with a 5 ms copy and 20 ms holds a loaded
-	// machine could run the whole pipeline without one violation.
+	// Each late copy is sent the moment the producer's next transaction
+	// writes to one of its partitions, so that it meets that transaction
+	// whatever the machine's speed (copies sent a fixed delay late met
+	// one only when the timing allowed, and a run could pass without a
+	// violation).
 	sum := runPipeline(t, eos.Faults{AbortEvery: 2}, heldTxns,
-		broker.LateMarkerCopies(lateCopy),
+		broker.LateMarkerCopiesOnNextTransaction(lateCopyBound),
 		broker.LegacyMarkerValidation(true),
 	)
 	require.False(t, sum.OK, "the legacy marker rule must break exactly-once here")
