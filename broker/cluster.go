@@ -68,12 +68,12 @@ type Cluster struct {
 	markerListeners map[string]func(p *partition, m controlMarker)
 	// lateCopies are the marker copies waiting for their producer's next
 	// transaction (LateMarkerCopiesOnNextTransaction), by partition.
-	lateCopies map[*partition][]*lateCopy
-	compactors      map[string]func(p *partition, now time.Time)
-	coordinators    coordinatorSet
-	timers          timerHeap
-	timerRun        uint64 // counts runTimers calls
-	changedParts    []*partition
+	lateCopies   map[*partition][]*lateCopy
+	compactors   map[string]func(p *partition, now time.Time)
+	coordinators coordinatorSet
+	timers       timerHeap
+	timerRun     uint64 // counts runTimers calls
+	changedParts []*partition
 	// storedBytes is the size of every batch in every log: what the
 	// MaxBytes budget limits.
 	storedBytes   int64
