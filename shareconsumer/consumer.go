@@ -82,6 +82,9 @@ type Consumer struct {
 	lastPoll time.Time
 	// pollGen counts the Polls; a session fetches ahead once per Poll.
 	pollGen uint64
+	// releasedSincePoll is set when the consumer gives records back
+	// between Polls: no session fetches ahead until the next Poll.
+	releasedSincePoll bool
 	// slow is set once the application left what was fetched for it
 	// unpolled for MaxPollInterval: from then on nothing is fetched ahead,
 	// and one session at a time (fetchTurn) fetches for a waiting Poll.
@@ -404,6 +407,7 @@ func (c *Consumer) checkReached() {
 func (c *Consumer) startPollingLocked() {
 	c.lastPoll = time.Now()
 	c.pollGen++
+	c.releasedSincePoll = false
 	if c.polling {
 		return
 	}

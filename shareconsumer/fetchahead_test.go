@@ -2,6 +2,7 @@ package shareconsumer_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -353,4 +354,34 @@ func TestRenewalsAreNotHeldUpByALongPoll(t *testing.T) {
 	_, err := c.Poll(pctx) // nothing more to fetch: the leader holds the fetch
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, shareconsumer.Stage(c.Acks(recs, kshare.AckAccept), c.GroupMetadata()), "a lock ran out while a long poll held the session")
+}
+
+// Records the application gives back go to the group, not to its own
+// next fetch ahead: a consumer that polled a whole partition and released
+// it at once, then did not poll again, must not take the records back
+// (and hold them, renewed, until its MaxPollInterval) with a fetch ahead
+// sent after the release. The other member gets every record, at its
+// second delivery. Rounds repeat the race of the release with the fetch
+// ahead that follows a Poll.
+func TestReleasedRecordsAreNotFetchedAheadAgain(t *testing.T) {
+	const rounds, n = 10, 10
+	e := newEnv(t, broker.ShareLockDuration(time.Hour))
+	for round := range rounds {
+		topic, group := fmt.Sprintf("t%d", round), fmt.Sprintf("g%d", round)
+		e.createTopic(topic, 1)
+		e.groupConfig(group)
+		e.produce(topic, 1, values("v", n)...)
+		first := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(n))
+		recs := pollRecords(e.ctx, t, first, n)
+		released, err := first.Release(recs)
+		require.NoError(t, err)
+		require.Equal(t, n, released)
+		other := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Transactional))
+		poll(e.ctx, t, other, n, func(r *kgo.Record) {
+			d, _ := other.DeliveryCount(r)
+			require.EqualValues(t, 2, d, "round %d: %q", round, r.Value)
+		})
+		first.Close(e.ctx)
+		other.Close(e.ctx)
+	}
 }

@@ -272,7 +272,7 @@ func (s *session) nextLocked(now time.Time) step {
 			// no answer comes in that the Poll does not take.
 		case c.polling:
 			return s.fetchStepLocked(now, forget, true)
-		case idle || c.slow || s.renewCap < 0 || s.aheadGen == c.pollGen:
+		case idle || c.slow || s.renewCap < 0 || s.aheadGen == c.pollGen || !s.aheadWindowLocked(now):
 			// Wait for a Poll.
 		case s.renewCap == 0:
 			return step{kind: stepProbe}
@@ -299,6 +299,23 @@ func (s *session) nextLocked(now time.Time) step {
 		}
 	}
 	return step{kind: stepWait, until: until}
+}
+
+// aheadWindowLocked reports whether the session may still fetch ahead of
+// the application for the Poll that last returned: within a quarter lock
+// of it, and only while the application has given no records back since
+// (Release, an aborted transaction, a checkpoint dropped). A fetch ahead
+// acquires whatever the leader has, and a late one, or one after a
+// release, would take back the records this consumer just gave up (their
+// locks ran out, or it released them) and hold them, renewed, for an
+// application that may not poll again soon: the group would not get them.
+func (s *session) aheadWindowLocked(now time.Time) bool {
+	c := s.c
+	window := s.lockDur / 4
+	if window == 0 {
+		window = defaultLockDuration / 4
+	}
+	return !c.releasedSincePoll && now.Before(c.lastPoll.Add(window))
 }
 
 // idleLocked reports whether no Poll waits and the application has not

@@ -255,6 +255,9 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 		}))
 		c.metrics.Released += int64(len(idxs))
 	}
+	if len(release) > 0 {
+		c.releasedSincePoll = true
+	}
 	c.queueLocked(js)
 	for _, tp := range acks.Partitions() {
 		c.held.compact(kshare.TopicPartition(tp))
@@ -328,6 +331,9 @@ func (c *Consumer) Release(records []*kgo.Record) (int, error) {
 		c.held.compact(a.tp)
 	}
 	c.metrics.Released += int64(n)
+	if n > 0 {
+		c.releasedSincePoll = true
+	}
 	c.queueLocked(js)
 	return n, nil
 }

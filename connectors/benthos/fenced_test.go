@@ -213,6 +213,24 @@ func (i *initsOf) count(id string) int {
 	return i.n[id]
 }
 
+// fencedAll reports whether each of the transactional ids of an output
+// with inFlight producers (id, id-1, id-2, ...) was initialized twice: by
+// the first instance and then by the second, which fenced the first. An
+// id the second instance has not initialized yet still commits for the
+// first one.
+func (i *initsOf) fencedAll(id string, inFlight int) bool {
+	for p := range inFlight {
+		pid := id
+		if p > 0 {
+			pid = fmt.Sprintf("%s-%d", id, p)
+		}
+		if i.count(pid) < 2 {
+			return false
+		}
+	}
+	return true
+}
+
 // memberRequests follows the share-group requests of one member, from
 // the moment it is set: how many released records or left the group
 // until end is set, and how many requests came after.
@@ -387,7 +405,7 @@ func testFenced(t *testing.T, maxInFlight int, atCommit, ownOutputs bool, fenced
 		}
 	})
 	waitFor(t, 30*time.Second, "the second instance initialized its transactional ids", func() bool {
-		return inits.count(inTxn) >= 2 && (ownOutputs || inits.count(outTxn) >= 2)
+		return inits.count(inTxn) >= 2 && (ownOutputs || inits.fencedAll(outTxn, maxInFlight))
 	})
 	_, zl := h.gate()
 	heldAtFence, member := zl.holds()
