@@ -190,6 +190,7 @@ func (s *session) doAck(st step) {
 		if !c.closing { // closed after a fence: it opens again
 			clear(s.inSession)
 			s.gen++
+			s.dropHeldForCloseLocked()
 		}
 	} else {
 		s.epoch = nextEpoch(st.ack.ShareSessionEpoch)
