@@ -50,6 +50,9 @@ func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 	if !a.usable(time.Now()) {
 		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
 	}
+	if d := deliveryOf(r); d != nil && d != a.delivery && a.states[idx] != stBuffered {
+		return fmt.Errorf("%s/%d offset %d: delivery %d ended, delivery %d holds it: %w", r.Topic, r.Partition, r.Offset, d.count, a.deliveries, ErrLockExpired)
+	}
 	switch a.states[idx] {
 	case stDelivered, stDecided:
 	case stBuffered:

@@ -57,6 +57,10 @@ func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAc
 			if a.states[idx] != stBuffered { // else a newer delivery, not r's
 				rec.LockDeadline = c.held.lockDeadline(a, idx)
 				rec.Delivery = a.deliveries
+				if d := deliveryOf(r); d != nil && d != a.delivery {
+					// r is of an ended delivery: Stage refuses it.
+					rec.Delivery = d.count
+				}
 			}
 		} else {
 			id = c.topicIDs[r.Topic]
