@@ -711,6 +711,11 @@ func (s *session) doFetch(st step) {
 			s.dropHeldForCloseLocked()
 		}
 	}
+	if jobErr != nil && c.slow && c.fetcherLocked() == s {
+		// A leader that fails does not keep the turn to fetch for a
+		// slow application: the others' partitions would wait for it.
+		c.passTurnLocked(s)
+	}
 	c.mu.Unlock()
 	if jobErr != nil {
 		failAll(st.jobs, jobErr)
