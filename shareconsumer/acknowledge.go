@@ -45,7 +45,7 @@ func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 	}
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
 	if !ok {
-		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
+		return fmt.Errorf("%s/%d offset %d (released or acknowledged since Poll returned it, forgotten after its lock ended, or never returned by Poll): %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
 	}
 	if !a.usable(time.Now()) {
 		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
@@ -58,7 +58,7 @@ func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 	case stBuffered:
 		return fmt.Errorf("%s/%d offset %d was delivered again since Poll returned it: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
 	default:
-		return fmt.Errorf("%s/%d offset %d was not returned by Poll: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
+		return fmt.Errorf("%s/%d offset %d is no longer held (released or acknowledged since Poll returned it, or never returned by Poll): %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
 	}
 	a.states[idx] = stDecided
 	a.decisions[idx] = wire.AckType(t)

@@ -133,7 +133,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 					// Forgotten since its lock ended.
 					return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
 				}
-				return fmt.Errorf("%s (not returned by its Poll, acknowledged already, or forgotten a lock duration after its lock ended): %w", where, ErrNotHeld)
+				return fmt.Errorf("%s (released or acknowledged since Poll returned it, forgotten a lock duration after its lock ended, or never returned by Poll): %w", where, ErrNotHeld)
 			}
 			switch {
 			case rec.Delivery != 0 && rec.Delivery != a.deliveries && a.states[idx] == stDelivered:
@@ -148,7 +148,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 			case a.states[idx] == stBuffered:
 				return fmt.Errorf("%s was delivered again since Poll returned it: %w", where, ErrLockExpired)
 			case a.states[idx] != stDelivered:
-				return fmt.Errorf("%s was not returned by Poll: %w", where, ErrNotHeld)
+				return fmt.Errorf("%s is no longer held (released or acknowledged since Poll returned it, or never returned by Poll): %w", where, ErrNotHeld)
 			}
 			fresh = append(fresh, target{a, idx})
 		}
