@@ -45,17 +45,20 @@ func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 	}
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
 	if !ok {
-		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
+		return fmt.Errorf("%s/%d offset %d (released or acknowledged since Poll returned it, forgotten after its lock ended, or never returned by Poll): %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
 	}
 	if !a.usable(time.Now()) {
 		return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
+	}
+	if d := deliveryOf(r); d != nil && d != a.delivery && a.states[idx] != stBuffered {
+		return fmt.Errorf("%s/%d offset %d: delivery %d ended, delivery %d holds it: %w", r.Topic, r.Partition, r.Offset, d.count, a.deliveries, ErrLockExpired)
 	}
 	switch a.states[idx] {
 	case stDelivered, stDecided:
 	case stBuffered:
 		return fmt.Errorf("%s/%d offset %d was delivered again since Poll returned it: %w", r.Topic, r.Partition, r.Offset, ErrLockExpired)
 	default:
-		return fmt.Errorf("%s/%d offset %d was not returned by Poll: %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
+		return fmt.Errorf("%s/%d offset %d is no longer held (released or acknowledged since Poll returned it, or never returned by Poll): %w", r.Topic, r.Partition, r.Offset, ErrNotHeld)
 	}
 	a.states[idx] = stDecided
 	a.decisions[idx] = wire.AckType(t)
@@ -190,6 +193,7 @@ func (s *session) doAck(st step) {
 		if !c.closing { // closed after a fence: it opens again
 			clear(s.inSession)
 			s.gen++
+			s.dropHeldForCloseLocked()
 		}
 	} else {
 		s.epoch = nextEpoch(st.ack.ShareSessionEpoch)

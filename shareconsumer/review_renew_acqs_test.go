@@ -45,9 +45,13 @@ func TestReviewFetchAheadOfManyRangesIsRenewedInTime(t *testing.T) {
 	}
 	require.NoError(t, prep.Commit(e.ctx))
 	evens := pollRecords(e.ctx, t, prep, half)
+	// (evens first: an even offset's record in all is of its ended first
+	// delivery, which Ack refuses.)
+	marked := map[int64]bool{}
 	for _, r := range append(evens, all...) {
-		if n, held := prep.DeliveryCount(r); held && (r.Offset%2 == 1 || n == 2) {
+		if n, held := prep.DeliveryCount(r); held && !marked[r.Offset] && (r.Offset%2 == 1 || n == 2) {
 			require.NoError(t, prep.Ack(r, kshare.AckRelease))
+			marked[r.Offset] = true
 		}
 	}
 	require.NoError(t, prep.Commit(e.ctx))

@@ -645,6 +645,14 @@ func (s *session) resetLocked(cause error) []*ackJob {
 	return jobs
 }
 
+// dropHeldForCloseLocked forgets what the session holds and has buffered:
+// it is about to be closed with the final epoch (the member was fenced),
+// which releases every record of it at the leader.
+func (s *session) dropHeldForCloseLocked() {
+	s.buffered = nil
+	s.c.held.kill(func(a *acquisition) bool { return a.sess == s })
+}
+
 // backoffLocked delays the next request of the session.
 func (s *session) backoffLocked(now time.Time) {
 	s.retryAt = now.Add(s.bo.NextBackOff())
@@ -681,12 +689,32 @@ func (s *session) doFetch(st step) {
 		s.backoffLocked(now)
 	case st.gen != s.gen:
 		jobErr = fmt.Errorf("share session with node %d was reset: %w", s.node, ErrLockExpired)
+		if fr.ErrorCode == 0 && s.epoch == openEpoch {
+			// The session was reset (the member fenced) while this
+			// fetch was at the leader, which answered it: the leader
+			// keeps that session, and the records it acquired for the
+			// member in it, and a new session (epoch 0) would not
+			// release them. Close it with the final epoch, which
+			// releases them; it opens again after.
+			s.epoch = nextEpoch(st.fetch.ShareSessionEpoch)
+			s.closeOnFence = true
+		}
 	case fr.ErrorCode != 0:
 		jobErr = fmt.Errorf("ShareFetch to node %d: %w%s", s.node, kerr.ErrorForCode(fr.ErrorCode), kgoclient.Detail(fr.ErrorMessage))
 		failJobs = s.resetLocked(jobErr)
 		s.topLevelErrorLocked(fr.ErrorCode, jobErr, now)
 	default:
 		s.applyFetchLocked(st, fr, decoded, now)
+		if s.closeOnFence {
+			// The member was fenced while the fetch was at the leader:
+			// the session closes next, releasing what it acquired.
+			s.dropHeldForCloseLocked()
+		}
+	}
+	if jobErr != nil && c.slow && c.fetcherLocked() == s {
+		// A leader that fails does not keep the turn to fetch for a
+		// slow application: the others' partitions would wait for it.
+		c.passTurnLocked(s)
 	}
 	c.mu.Unlock()
 	if jobErr != nil {

@@ -57,6 +57,10 @@ func (c *Consumer) Acks(records []*kgo.Record, t kshare.AckType) *kshare.ShareAc
 			if a.states[idx] != stBuffered { // else a newer delivery, not r's
 				rec.LockDeadline = c.held.lockDeadline(a, idx)
 				rec.Delivery = a.deliveries
+				if d := deliveryOf(r); d != nil && d != a.delivery {
+					// r is of an ended delivery: Stage refuses it.
+					rec.Delivery = d.count
+				}
 			}
 		} else {
 			id = c.topicIDs[r.Topic]
@@ -129,7 +133,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 					// Forgotten since its lock ended.
 					return fmt.Errorf("%s: lock ended at %s: %w", where, rec.LockDeadline.Format(time.RFC3339Nano), ErrLockExpired)
 				}
-				return fmt.Errorf("%s (not returned by its Poll, acknowledged already, or forgotten a lock duration after its lock ended): %w", where, ErrNotHeld)
+				return fmt.Errorf("%s (released or acknowledged since Poll returned it, forgotten a lock duration after its lock ended, or never returned by Poll): %w", where, ErrNotHeld)
 			}
 			switch {
 			case rec.Delivery != 0 && rec.Delivery != a.deliveries && a.states[idx] == stDelivered:
@@ -144,7 +148,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 			case a.states[idx] == stBuffered:
 				return fmt.Errorf("%s was delivered again since Poll returned it: %w", where, ErrLockExpired)
 			case a.states[idx] != stDelivered:
-				return fmt.Errorf("%s was not returned by Poll: %w", where, ErrNotHeld)
+				return fmt.Errorf("%s is no longer held (released or acknowledged since Poll returned it, or never returned by Poll): %w", where, ErrNotHeld)
 			}
 			fresh = append(fresh, target{a, idx})
 		}
