@@ -71,15 +71,23 @@ func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 func (c *Consumer) sendDecidedLocked(op *ackOp) bool {
 	now := time.Now()
 	js := jobSet{op: op}
+	released := false
 	for a := range c.decided {
 		delete(c.decided, a)
 		if !a.usable(now) {
 			continue
 		}
 		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
-			return a.decisions[idx], a.states[idx] == stDecided
+			take := a.states[idx] == stDecided
+			released = released || (take && a.decisions[idx] == wire.AckRelease)
+			return a.decisions[idx], take
 		}))
 		c.held.compact(a.tp)
+	}
+	if released {
+		// What the application gave back goes to the group, not to this
+		// consumer's next fetch ahead (aheadWindowLocked).
+		c.releasedSincePoll = true
 	}
 	c.queueLocked(js)
 	return len(js.jobs) > 0

@@ -173,8 +173,13 @@ func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords
 // RENEW, KIP-1222) until Poll returns the records, so a record is never
 // left to expire, and use up one of its deliveries, before the
 // application has seen it. When no Poll has come for d, the consumer
-// releases what it fetched ahead and fetches no more until the next Poll.
-// A broker without RENEW gets no fetch ahead at all: sessions fetch only
+// releases what it fetched ahead (which costs those records a delivery:
+// Kafka counts every release) and from then on fetches nothing ahead:
+// while a Poll waits, it asks one leader at a time, so that an application
+// slower than d loses a delivery of what was fetched for it once, not at
+// every slow Poll. A fetch ahead also comes only within a quarter lock of
+// its Poll, and not after the consumer gave records back since (Release,
+// a RELEASE acknowledgement, an aborted transaction). A broker without RENEW gets no fetch ahead at all: sessions fetch only
 // while a Poll waits. It does not bound records Poll has returned; see
 // RenewHeldLocks.
 func MaxPollInterval(d time.Duration) Opt {
