@@ -222,3 +222,28 @@ func TestShareAcksAbortBeforeCommitStagesNothing(t *testing.T) {
 	got := readCommitted(t, c, out, 1)
 	require.Len(t, got, 1)
 }
+
+// A transaction version 1 producer cannot carry share acknowledgements:
+// KIP-1289's leader adds the share state partition to the transaction as a
+// version 2 leader does. SendShareAcksToTransaction returns ErrUnsupported,
+// sends nothing, and the transaction still commits.
+func TestShareAcksNeedTransactionVersion2(t *testing.T) {
+	c := newCluster(t, broker.Nodes(1))
+	const in, out, group = "t-in", "t-out", "t-group"
+	member, acks, _ := heldInputs(t, c, in, out, group, 2)
+	tv1 := wire.KgoMaxVersions()
+	tv1.SetMaxKeyVersion(kmsg.EndTxn.Int16(), 4)
+	tv1.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
+	p := newProducer(t, c, "t-worker", Linger(0), KgoOpts(kgo.MaxVersions(tv1)))
+	ctx := testCtx(t)
+	log := bundled.ObserveRequests(t, c)
+	require.NoError(t, p.BeginTransaction())
+	p.Produce(ctx, &kgo.Record{Topic: out, Value: []byte("out")}, nil)
+	err := p.SendShareAcksToTransaction(ctx, ka(acks), member.metadata())
+	require.ErrorIs(t, err, kshare.ErrUnsupported)
+	require.NotErrorIs(t, err, kshare.ErrFatal)
+	require.ErrorContains(t, err, "transaction version 2")
+	require.NoError(t, p.CommitTransaction(ctx))
+	require.Empty(t, log.Of(wire.TxnShareAcknowledgeKey))
+	require.Len(t, readCommitted(t, c, out, 1), 1)
+}

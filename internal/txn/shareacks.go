@@ -41,9 +41,9 @@ type memberKey struct {
 // with a plain ShareAcknowledge when it learns the outcome, whichever it
 // is.
 //
-// It first checks that the transaction coordinator and every leader of an
-// acknowledged partition advertise TxnShareAcknowledge v0 and finalized
-// share.version >= 3; if one does not, it returns an ErrUnsupported error
+// It first checks that the transaction runs version 2 and that the
+// transaction coordinator and every leader of an acknowledged partition
+// advertise TxnShareAcknowledge v0 and finalized share.version >= 3; if one does not, it returns an ErrUnsupported error
 // (naming the broker and what it lacks) and changes nothing. Any other
 // failure dooms the transaction, which must not commit without these
 // acknowledgements: invalid acknowledgements or metadata, a nil ctx
@@ -71,12 +71,18 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *kshare.ShareAcks, me
 		return err
 	}
 	defer leave()
-	deadline, _, err := m.openTxn(op)
+	deadline, tv2, err := m.openTxn(op)
 	if err != nil {
 		return err
 	}
 	if set.Len() == 0 {
 		return nil
+	}
+	if !tv2 {
+		// KIP-1289's leader adds the share state partition to the
+		// transaction as a transaction version 2 leader does; after an
+		// EndTxn that keeps the epoch the coordinator refuses that add.
+		return errs.Unsupported(op, errors.New("transactional share acknowledgements (KIP-1289) need a transaction version 2 transaction (EndTxn v5, Produce v12); this producer runs version 1"))
 	}
 	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
