@@ -43,8 +43,9 @@ type memberKey struct {
 //
 // It first checks that the transaction runs version 2 and that the
 // transaction coordinator and every leader of an acknowledged partition
-// advertise TxnShareAcknowledge v0 and finalized share.version >= 3; if one does not, it returns an ErrUnsupported error
-// (naming the broker and what it lacks) and changes nothing. Any other
+// advertise TxnShareAcknowledge v0 and finalized share.version >= 3; if
+// not, it returns an ErrUnsupported error (naming the broker and what it
+// lacks) and changes nothing. Any other
 // failure dooms the transaction, which must not commit without these
 // acknowledgements: invalid acknowledgements or metadata, a nil ctx
 // (ErrUsage), the
@@ -270,11 +271,11 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 }
 
 // MemberEpochSource is implemented by the tracker of a share consumer
-// (acktrack.Tracker) that knows its member's current epoch. TxnShareAcknowledge
-// needs the current epoch (an older one is STALE_MEMBER_EPOCH), and a
-// heartbeat may move it between StageShareAcks and the commit: the records
-// are still the member's (the leader checks that), so the commit sends the
-// epoch the member has then.
+// (acktrack.Tracker) that knows its member's current epoch.
+// TxnShareAcknowledge needs the current epoch (an older one is
+// STALE_MEMBER_EPOCH), and a heartbeat may move it between StageShareAcks
+// and the commit: the records are still the member's (the leader checks
+// that), so the commit sends the epoch the member has then.
 type MemberEpochSource interface {
 	// CurrentMemberEpoch returns the member's current epoch in group, and
 	// false when the tracker is not that member now.
