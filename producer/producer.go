@@ -330,11 +330,11 @@ type GroupMetadata struct {
 // a broker involved lacks KIP-1289's TxnShareAcknowledge (key 95 v0 and
 // share.version >= 3) or the transaction runs version 1. Any other
 // failure dooms the transaction, which must not commit without them: nil
-// or invalid
-// acknowledgements, metadata of another member, acknowledgements merged
-// from two consumers, records the consumer does not hold or a consumer in
-// another mode (ErrUsage, shareconsumer.ErrNotHeld); a lock that ran out
-// (ErrAbortable, shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
+// or invalid acknowledgements, metadata of another member,
+// acknowledgements merged from two consumers, records the consumer does
+// not hold or a consumer in another mode (ErrUsage,
+// shareconsumer.ErrNotHeld); a lock that ran out (ErrAbortable,
+// shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
 //
 // The consumer that built acks follows them: it renews their locks while
 // the transaction is open and learns its outcome exactly once (releasing
