@@ -19,8 +19,8 @@ import (
 // Acknowledger commits share-group acknowledgements in Kafka transactions
 // of its own, without producing records: the TransactionalShareAcknowledger
 // of KIP-1289. Each commit is the standard two-phase protocol (begin,
-// TxnShareAcknowledge, with AddShareAcksToTxn first where a leader serves
-// only its v0, EndTxn), run by a producer.Producer that produces nothing.
+// TxnShareAcknowledge to each partition leader, EndTxn), run by a
+// producer.Producer that produces nothing.
 //
 // Its calls may be shared by goroutines: the transaction calls
 // (InitTransactions, CommitAcknowledgements, AbortAcknowledgements,
@@ -450,4 +450,17 @@ func (f *fanout) Resolve(_ *acktrack.Set, committed bool) {
 	for _, part := range f.parts {
 		part.Tracker().Resolve(part, committed)
 	}
+}
+
+// CurrentMemberEpoch asks the parts' trackers for the member's current
+// epoch (txn.MemberEpochSource): the first that knows it answers.
+func (f *fanout) CurrentMemberEpoch(group, member string) (int32, bool) {
+	for _, part := range f.parts {
+		if src, ok := part.Tracker().(txn.MemberEpochSource); ok {
+			if e, ok := src.CurrentMemberEpoch(group, member); ok {
+				return e, true
+			}
+		}
+	}
+	return 0, false
 }

@@ -6,9 +6,8 @@
 //
 // It is built on package producer: each commit is the standard two-phase
 // protocol run by a transactional producer that produces nothing (begin,
-// TxnShareAcknowledge to each partition leader, EndTxn; AddShareAcksToTxn
-// to the transaction coordinator first where a leader serves only
-// TxnShareAcknowledge v0 or the transaction is not version 2). It is not a new RPC. The acknowledger has
+// TxnShareAcknowledge to each partition leader, which adds the share state
+// partition to the transaction, then EndTxn). It is not a new RPC. The acknowledger has
 // its own transactional id; a newer acknowledger with the same id fences
 // it.
 //

@@ -4,9 +4,8 @@ package main
 // needs, done bare by one client with nothing else running, one after
 // another, with requests built by hand: a Produce of the transaction's
 // records (TV2: the leader adds the partition to the transaction),
-// TxnShareAcknowledge v1 of the records the member acquired (the leader
-// adds the share state partition to the transaction, so no
-// AddShareAcksToTxn), and EndTxn(COMMIT), which returns after the markers
+// TxnShareAcknowledge v0 of the records the member acquired (the leader
+// adds the share state partition to the transaction), and EndTxn(COMMIT), which returns after the markers
 // are written. The records to acknowledge are acquired (ShareFetch) before the
 // clock starts, as a pipeline acquires them before it commits.
 
@@ -235,7 +234,7 @@ func (f *floorClient) acquire(ctx context.Context, n int) ([]wire.Acknowledgemen
 	return nil, fmt.Errorf("ShareFetch acquired nothing in 50 attempts")
 }
 
-// commit is the measured part: produce, TxnShareAcknowledge v1, EndTxn.
+// commit is the measured part: produce, TxnShareAcknowledge, EndTxn.
 func (f *floorClient) commit(ctx context.Context, n int, ranges []wire.AcknowledgementBatch) error {
 	prod := kmsg.NewPtrProduceRequest()
 	prod.TransactionID = kmsg.StringPtr(f.txnID)
@@ -261,7 +260,7 @@ func (f *floorClient) commit(ctx context.Context, n int, ranges []wire.Acknowled
 	stage := &wire.TxnShareAcknowledgeRequest{
 		TransactionalID: f.txnID, GroupID: f.group, MemberID: f.member, MemberEpoch: f.memberEpoch,
 		ProducerID: f.pid, ProducerEpoch: f.epoch,
-		Topics: []wire.TxnShareAcknowledgeTopic{{TopicID: f.inID, Partitions: []wire.TxnShareAcknowledgePartition{{Partition: 0, AcknowledgementBatches: ranges}}}},
+		Topics: []wire.TxnShareAcknowledgeTopic{{TopicID: f.inID, Partitions: []wire.TxnShareAcknowledgePartition{{Partition: 0, AcknowledgementBatches: txnBatches(ranges)}}}},
 	}
 	kresp, err = f.cl.Broker(int(f.inLeader)).Request(ctx, stage)
 	if err != nil {
@@ -344,4 +343,13 @@ func txnBatch(pid int64, epoch int16, n int, value []byte) []byte {
 	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
 	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], castagnoli))
 	return raw
+}
+
+// txnBatches turns single-type ranges into TxnShareAcknowledge batches.
+func txnBatches(ranges []wire.AcknowledgementBatch) []wire.TxnShareAcknowledgeBatch {
+	out := make([]wire.TxnShareAcknowledgeBatch, len(ranges))
+	for i, r := range ranges {
+		out[i] = wire.TxnShareAcknowledgeBatch{FirstOffset: r.FirstOffset, LastOffset: r.LastOffset, AcknowledgeTypes: []wire.AckType{r.AcknowledgeType}}
+	}
+	return out
 }

@@ -9,7 +9,11 @@ package broker
 //   - Advertises exactly the keys and versions the handlers serve at the
 //     node asked (an old node, OldNodes, serves WriteTxnMarkers up to v1).
 //   - Finalized features: transaction.version=2, and share.version 3 with
-//     the KIP-1289 APIs on, 1 without them (a KIP-932 broker).
+//     the KIP-1289 API on, 1 without it (a KIP-932 broker). In the draft's
+//     ShareVersion level 3 (KIP-1289) also enables level 2's share-group
+//     DLQ (KIP-1191), which this broker does not implement: it finalizes 3
+//     because a client can only learn of KIP-1289 from that level, and
+//     docs/differences.md says what of level 2 it lacks.
 //
 // Skipped:
 //   - v5's cluster and node id checks (KIP-1242).

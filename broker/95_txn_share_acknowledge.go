@@ -1,49 +1,55 @@
 package broker
 
-// TxnShareAcknowledge (key 95, KIP-1289).
+// TxnShareAcknowledge (key 95, KIP-1289), in the layout and with the
+// semantics of apache/kafka PR #22357 (docs/protocol.md names the commit).
 //
-// Versions: 0-1 (same layout). Served only while the ShareTxnAPIs option
-// is on.
+// Versions: 0 (the draft's only version). Served only while the
+// ShareTxnAPIs option is on (the default).
 //
 // Behaviour:
-//   - Sent to the leader of each data partition. TransactionalId, GroupId
-//     and MemberId are required, and a transactional producer id and epoch
-//     (INVALID_REQUEST). The member must be in the group with a member epoch
-//     it has held since it joined (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH).
-//     These errors are set at the top level and on every partition.
-//   - Per partition, all or nothing: ACCEPT, RELEASE and REJECT may be
-//     staged, GAP and RENEW may not (INVALID_REQUEST); every offset must be
-//     ACQUIRED by this member under an unexpired lock
-//     (INVALID_RECORD_STATE).
-//   - The partition's __share_group_state partition must be in the
-//     producer's ongoing transaction. At v0 AddShareAcksToTxn puts it there
-//     and the leader asks the transaction coordinator to verify it, never to
-//     add it (txn_verify.go): a partition that was not added is
-//     INVALID_TXN_STATE. At v1 the leader asks the coordinator to add it,
-//     starting the transaction if none is ongoing, as a transaction version
-//     2 leader does for Produce v12 (KIP-890 part 2): the client's commit
-//     has one round trip fewer. Either way the coordinator's other answers
-//     pass through (e.g. PRODUCER_FENCED), and what a retry can cure (no
-//     coordinator, CONCURRENT_TRANSACTIONS while the previous transaction
-//     completes) comes back as NOT_ENOUGH_REPLICAS.
+//   - Sent to the leader of each data partition. TransactionalId (null is
+//     refused), GroupId and MemberId are required, and a transactional
+//     producer id and epoch (INVALID_REQUEST). The member must be in the
+//     group (UNKNOWN_MEMBER_ID) at its current member epoch: an older epoch
+//     is STALE_MEMBER_EPOCH, a newer one FENCED_MEMBER_EPOCH. These errors
+//     are set at the top level and on every partition.
+//   - Per partition, all or nothing: AcknowledgeTypes holds one type for
+//     the whole batch or one per offset; only ACCEPT, REJECT and the gap
+//     marker are valid, RELEASE, RENEW and unknown types are refused
+//     (INVALID_REQUEST; a release goes in ShareAcknowledge, outside the
+//     transaction); every offset must be ACQUIRED by this member under an
+//     unexpired lock (INVALID_RECORD_STATE).
+//   - The leader adds the partition's __share_group_state partition to the
+//     producer's transaction itself, starting the transaction if none is
+//     ongoing, as a transaction version 2 leader does for Produce v12
+//     (KIP-890 part 2); there is no AddShareAcksToTxn. The coordinator's
+//     answers pass through (e.g. PRODUCER_FENCED, INVALID_PRODUCER_EPOCH
+//     for a wrong epoch), and what a retry can cure (no coordinator,
+//     CONCURRENT_TRANSACTIONS while the previous transaction completes)
+//     comes back as NOT_ENOUGH_REPLICAS. After a transaction that ended
+//     with EndTxn below v5 (no epoch bump) the coordinator refuses the add
+//     at that epoch (INVALID_TXN_STATE), since a late request of the ended
+//     transaction would open a new one.
 //   - The share coordinator then appends a transactional record of the
 //     staged acknowledgements, with the producer's id and epoch, to that
 //     partition (INVALID_PRODUCER_EPOCH for an epoch older than the one it
 //     has seen), and the records go TX_PENDING: their lock stops, and only a
-//     marker on that partition resolves them.
+//     marker on that partition resolves them. A commit marker makes ACCEPT
+//     acknowledged and REJECT and gaps archived; an abort marker makes every
+//     staged record available again at once (or archived at the delivery
+//     limit).
 //   - A retry from the same producer id and epoch of a staging already
 //     applied (its answer was lost) is answered again as success without a
 //     write, also by a leader that took the partition over since (the
 //     staging's epoch is in __share_group_state).
-//   - v1 is for transaction version 2 producers: after a transaction that
-//     ended with EndTxn below v5 (no epoch bump), the coordinator refuses
-//     the leader's add at that epoch (INVALID_TXN_STATE here), since a late
-//     request of the ended transaction would open a new one.
 //   - NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID and
 //     UNKNOWN_TOPIC_OR_PARTITION as for ShareAcknowledge.
 //
 // Skipped:
-//   - authorization.
+//   - authorization: the draft checks WRITE on the transactional id
+//     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and READ on the group
+//     (GROUP_AUTHORIZATION_FAILED); the bundled broker has no principals
+//     and no ACLs (docs/differences.md), so every request is allowed.
 
 import (
 	"fmt"
@@ -102,7 +108,11 @@ func handleTxnShareAcknowledge(c *Cluster, r *request) (kmsg.Response, error) {
 func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowledgeRequest, topicID [16]byte, rp wire.TxnShareAcknowledgePartition, now time.Time) (*kerr.Error, string) {
 	batches := make([]shareAckBatch, 0, len(rp.AcknowledgementBatches))
 	for _, b := range rp.AcknowledgementBatches {
-		batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: []int8{int8(b.AcknowledgeType)}})
+		types := make([]int8, len(b.AcknowledgeTypes))
+		for i, t := range b.AcknowledgeTypes {
+			types[i] = int8(t)
+		}
+		batches = append(batches, shareAckBatch{first: b.FirstOffset, last: b.LastOffset, types: types})
 	}
 	acks, perr := parseShareAcks(batches, wire.AckType.Transactional)
 	if perr != nil {
@@ -124,20 +134,11 @@ func (sc *shareCoordinator) stageTxnAcks(node int32, req *wire.TxnShareAcknowled
 		return err, msg
 	}
 	statePartition := sc.statePartition(key)
-	join := txnVerifyOnly
-	if req.Version >= 1 {
-		join = txnAdd
-	}
-	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, join); err != nil {
+	if err := sc.c.verifyTxnWrite(req.TransactionalID, req.ProducerID, req.ProducerEpoch, statePartition, txnAdd); err != nil {
 		if err == kerr.TransactionAbortable {
-			// A partition AddShareAcksToTxn did not add: the client
-			// reads INVALID_TXN_STATE (docs/protocol.md).
 			err = kerr.InvalidTxnState
 		}
-		if join == txnAdd {
-			return err, fmt.Sprintf("adding %s-%d to the producer's transaction: %s", statePartition.topic.name, statePartition.index, err.Message)
-		}
-		return err, fmt.Sprintf("%s-%d is not verified in the producer's transaction (AddShareAcksToTxn adds it): %s", statePartition.topic.name, statePartition.index, err.Message)
+		return err, fmt.Sprintf("adding %s-%d to the producer's transaction: %s", statePartition.topic.name, statePartition.index, err.Message)
 	}
 	v := &shareStateValue{Kind: shareKindStaged, StateEpoch: sp.stateEpoch, Staged: sp.staged(acks)}
 	if err := sc.writeState(key, v, req.ProducerID, req.ProducerEpoch, now); err != nil {

@@ -145,7 +145,8 @@ func TestConsumerOffsetsCompactionKeepsOrderAndPendingCommits(t *testing.T) {
 func TestShareStateCompactionKeepsStagedAcknowledgements(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "600000")
 	pid, epoch := shareTxnBegin(t, c, "tx")
-	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept}, shareRange{5, 9, wire.AckRelease})
+	require.NoError(t, m1.acknowledge("in", 0, 5, 9, wire.AckRelease))
+	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.NoError(t, part)
 	index := shareStatePartition(t, c, "g", "in", 0)
 	forceCompaction(t, c, wire.ShareGroupStateTopic, index)

@@ -5,7 +5,8 @@
 // It exists so that everything kshare does (TV2 transactions, share groups,
 // transactional share acknowledgements) runs and is tested on one machine,
 // and it implements the protocol extensions that upstream Kafka does not
-// have yet: the KIP-1289 APIs AddShareAcksToTxn and TxnShareAcknowledge,
+// have yet: KIP-1289's TxnShareAcknowledge, as its draft (apache/kafka PR
+// #22357) has it,
 // KIP-1228's strict checks of TV2 transaction markers, and coordinators
 // that check their leadership before every answer (KAFKA-21181).
 //

@@ -206,8 +206,8 @@ func TestMixedVersionsLateMarker(t *testing.T) {
 // caps on unknown keys or nodes are refused.
 func TestAPIVersionCap(t *testing.T) {
 	c := newTestCluster(t, Nodes(3),
-		APIVersionCap(wire.TxnShareAcknowledgeKey, 0, 2),
-		APIVersionCap(wire.AddShareAcksToTxnKey, -1, 1))
+		APIVersionCap(kmsg.EndTxn.Int16(), 4, 2),
+		APIVersionCap(wire.TxnShareAcknowledgeKey, -1, 1))
 	maxOf := func(node int32, key int16) int16 {
 		resp := txnWire(t, c, node, kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse)
 		for _, k := range resp.ApiKeys {
@@ -217,21 +217,22 @@ func TestAPIVersionCap(t *testing.T) {
 		}
 		return -1
 	}
+	require.Equal(t, int16(5), maxOf(0, kmsg.EndTxn.Int16()))
+	require.Equal(t, int16(4), maxOf(2, kmsg.EndTxn.Int16()))
 	require.Equal(t, wire.TxnShareAcknowledgeMaxVersion, maxOf(0, wire.TxnShareAcknowledgeKey))
-	require.Equal(t, int16(0), maxOf(2, wire.TxnShareAcknowledgeKey))
-	require.Equal(t, int16(0), maxOf(0, wire.AddShareAcksToTxnKey))
-	require.Equal(t, int16(-1), maxOf(1, wire.AddShareAcksToTxnKey), "a cap below v0 removes the key")
+	require.Equal(t, int16(-1), maxOf(1, wire.TxnShareAcknowledgeKey), "a cap below v0 removes the key")
 
-	req := &wire.TxnShareAcknowledgeRequest{Version: 1}
-	require.Equal(t, kerr.UnsupportedVersion.Code, rawErrorCode(t, c, 2, req), "a capped node refuses v1")
+	req := kmsg.NewPtrEndTxnRequest()
+	req.Version = 5
+	require.Equal(t, kerr.UnsupportedVersion.Code, rawErrorCode(t, c, 2, req), "a capped node refuses v5")
 	require.NotEqual(t, kerr.UnsupportedVersion.Code, rawErrorCode(t, c, 0, req))
 
-	all := newTestCluster(t, Nodes(2), APIVersionCap(wire.TxnShareAcknowledgeKey, 0))
+	all := newTestCluster(t, Nodes(2), APIVersionCap(kmsg.EndTxn.Int16(), 4))
 	for _, node := range all.NodeIDs() {
 		resp := txnWire(t, all, node, kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse)
 		for _, k := range resp.ApiKeys {
-			if k.ApiKey == wire.TxnShareAcknowledgeKey {
-				require.Equal(t, int16(0), k.MaxVersion, "no node named: every node is capped")
+			if k.ApiKey == kmsg.EndTxn.Int16() {
+				require.Equal(t, int16(4), k.MaxVersion, "no node named: every node is capped")
 			}
 		}
 	}

@@ -164,9 +164,10 @@ func MaxTransactionTimeout(d time.Duration) Opt {
 // Tests set it near 32767 to reach producer-id exhaustion quickly.
 func FirstProducerEpoch(e int16) Opt { return optFunc(func(c *config) { c.firstProducerEpoch = e }) }
 
-// ShareTxnAPIs turns the KIP-1289 APIs (AddShareAcksToTxn,
-// TxnShareAcknowledge) and the finalized share.version=3 on or off (default
-// on). Off, the broker looks like a KIP-932 broker without KIP-1289.
+// ShareTxnAPIs turns the KIP-1289 API (TxnShareAcknowledge, key 95 v0, as
+// apache/kafka PR #22357 has it) and the finalized share.version=3 on or
+// off (default on). Off, the broker looks like a KIP-932 broker without
+// KIP-1289 (share.version=1).
 func ShareTxnAPIs(enabled bool) Opt {
 	return optFunc(func(c *config) { c.shareTxnAPIsEnabled = enabled })
 }
@@ -259,9 +260,9 @@ func OldNodes(ids ...int32) Opt {
 // they advertise it so in ApiVersions and refuse newer versions with
 // UNSUPPORTED_VERSION. A max below the key's oldest version makes them not
 // serve the key at all. It is for testing clients against older and
-// mixed-version clusters (for example TxnShareAcknowledge v0, whose client
-// sends AddShareAcksToTxn first). Options for the same key add up; a node
-// named twice keeps the last cap. Keys must be ones the broker serves, other
+// mixed-version clusters (for example a node that does not serve
+// TxnShareAcknowledge, with a cap of -1). Options for the same key add up;
+// a node named twice keeps the last cap. Keys must be ones the broker serves, other
 // than AddPartitionsToTxn and WriteTxnMarkers, which the nodes send each
 // other (OldNodes models older WriteTxnMarkers), and ids nodes of the
 // cluster; NewCluster refuses anything else.

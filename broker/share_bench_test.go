@@ -19,8 +19,8 @@ import (
 // connection, so the client's own cost stays small and constant):
 //
 //   - eos: ShareFetch of n records, a transactional Produce of n records,
-//     AddShareAcksToTxn, TxnShareAcknowledge of the n records, EndTxn(COMMIT)
-//     with its markers;
+//     TxnShareAcknowledge of the n records, EndTxn(COMMIT) with its
+//     markers;
 //   - alo: ShareFetch of n records, ShareAcknowledge ACCEPT of them.
 //
 // It reports loop-us/op (the loop's busy time per cycle: the broker's cost,
@@ -63,7 +63,6 @@ func benchShareCycle(b *testing.B, n int, eos bool) {
 			return
 		}
 		require.NoError(b, txnProduce(b, c, 12, "tx", "out", 0, pid, epoch, 0, values...))
-		require.NoError(b, shareAddToTxn(b, c, "tx", pid, epoch, "g", "in", 0))
 		top, part := m.stageTxn("tx", pid, epoch, "in", 0, shareRange{first, last, wire.AckAccept})
 		require.NoError(b, top)
 		require.NoError(b, part)

@@ -328,10 +328,11 @@ func (sc *shareCoordinator) armSession(g *shareGroup, m *shareMember) {
 }
 
 // checkMemberEpoch validates a member and epoch for a transactional
-// acknowledgement: the member must be in the group, and the epoch one this
-// incarnation of the member has held (from the epoch it joined at to its
-// current one; heartbeats move a member's epoch while a transaction is
-// open, so an epoch is not stale merely because a heartbeat moved it).
+// acknowledgement, as the draft of KIP-1289 does: the member must be in the
+// group (UNKNOWN_MEMBER_ID) at its current epoch. An older epoch is
+// STALE_MEMBER_EPOCH (a heartbeat moved the member on; the client retries
+// with the epoch it now has), a newer one FENCED_MEMBER_EPOCH (an epoch the
+// member never had).
 func (sc *shareCoordinator) checkMemberEpoch(group, member string, epoch int32) (*kerr.Error, string) {
 	g := sc.groups[group]
 	if g == nil {
@@ -341,8 +342,11 @@ func (sc *shareCoordinator) checkMemberEpoch(group, member string, epoch int32) 
 	if m == nil {
 		return kerr.UnknownMemberID, fmt.Sprintf("member %q is not in share group %q", member, group)
 	}
-	if epoch < m.joinEpoch || epoch > m.epoch {
-		return kerr.FencedMemberEpoch, fmt.Sprintf("member epoch %d is not in [%d, %d]", epoch, m.joinEpoch, m.epoch)
+	switch {
+	case epoch < m.epoch:
+		return kerr.StaleMemberEpoch, fmt.Sprintf("member epoch %d is older than the member's current epoch %d", epoch, m.epoch)
+	case epoch > m.epoch:
+		return kerr.FencedMemberEpoch, fmt.Sprintf("member epoch %d is newer than the member's current epoch %d", epoch, m.epoch)
 	}
 	return nil, ""
 }

@@ -411,37 +411,19 @@ type shareRange struct {
 // returns the top-level and the partition's errors.
 func (m *rawShareMember) stageTxn(txnID string, pid int64, epoch int16, topic string, partition int32, ranges ...shareRange) (top, part error) {
 	m.t.Helper()
-	return m.stageTxnAt(0, txnID, pid, epoch, topic, partition, ranges...)
-}
-
-// stageTxnAt is stageTxn at TxnShareAcknowledge version v.
-func (m *rawShareMember) stageTxnAt(v int16, txnID string, pid int64, epoch int16, topic string, partition int32, ranges ...shareRange) (top, part error) {
-	m.t.Helper()
 	req := &wire.TxnShareAcknowledgeRequest{
-		Version:         v,
 		TransactionalID: txnID, GroupID: m.group, MemberID: m.id, MemberEpoch: m.epoch,
 		ProducerID: pid, ProducerEpoch: epoch,
 	}
 	tp := wire.TxnShareAcknowledgePartition{Partition: partition}
 	for _, r := range ranges {
-		tp.AcknowledgementBatches = append(tp.AcknowledgementBatches, wire.AcknowledgementBatch{FirstOffset: r.first, LastOffset: r.last, AcknowledgeType: r.typ})
+		tp.AcknowledgementBatches = append(tp.AcknowledgementBatches, wire.TxnShareAcknowledgeBatch{FirstOffset: r.first, LastOffset: r.last, AcknowledgeTypes: []wire.AckType{r.typ}})
 	}
 	req.Topics = []wire.TxnShareAcknowledgeTopic{{TopicID: m.topicID(topic), Partitions: []wire.TxnShareAcknowledgePartition{tp}}}
 	resp := txnWire(m.t, m.c, m.leader(topic, partition), req).(*wire.TxnShareAcknowledgeResponse)
 	require.Len(m.t, resp.Topics, 1)
 	require.Len(m.t, resp.Topics[0].Partitions, 1)
 	return kerr.ErrorForCode(resp.ErrorCode), kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
-}
-
-// shareAddToTxn sends AddShareAcksToTxn to the transaction coordinator.
-func shareAddToTxn(t testing.TB, c *Cluster, txnID string, pid int64, epoch int16, group, topic string, partitions ...int32) error {
-	t.Helper()
-	req := &wire.AddShareAcksToTxnRequest{
-		TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch, GroupID: group,
-		Topics: []wire.AddShareAcksToTxnTopic{{Name: topic, Partitions: partitions}},
-	}
-	resp := txnWire(t, c, txnCoordinatorNode(t, c, txnID), req).(*wire.AddShareAcksToTxnResponse)
-	return kerr.ErrorForCode(resp.ErrorCode)
 }
 
 // shareEndTxn ends a transaction with EndTxn v5 and returns the epoch the

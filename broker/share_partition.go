@@ -29,8 +29,7 @@ package broker
 //	                                            delivery count stays
 //	ACQUIRED  -> ACQUIRED                       RENEW: a new lock deadline
 //	ACQUIRED  -> TX_PENDING                     TxnShareAcknowledge
-//	TX_PENDING -> ACKNOWLEDGED | ARCHIVED | AVAILABLE (limit)
-//	                                            COMMIT of ACCEPT | REJECT | RELEASE
+//	TX_PENDING -> ACKNOWLEDGED | ARCHIVED       COMMIT of ACCEPT | REJECT or GAP
 //	TX_PENDING -> AVAILABLE | ARCHIVED (limit)  ABORT; the delivery count stays
 //
 // "(limit)" means a record whose delivery count has reached the limit is
@@ -630,7 +629,7 @@ func (sp *sharePartition) resolve(pid int64, commit bool, limit int32) int {
 		switch {
 		case commit && r.ack == wire.AckAccept:
 			sp.set(off, shareRecord{state: shareAcknowledged, deliveries: r.deliveries})
-		case commit && r.ack == wire.AckReject:
+		case commit && (r.ack == wire.AckReject || r.ack == wire.AckGap):
 			sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
 		default:
 			sp.release(off, r.deliveries, limit)

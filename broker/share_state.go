@@ -419,7 +419,7 @@ func (st *shareStateShard) resolve(pid int64, commit bool) []shareKey {
 				switch b.Ack {
 				case wire.AckAccept:
 					state = persistAcknowledged
-				case wire.AckReject:
+				case wire.AckReject, wire.AckGap:
 					state = persistArchived
 				}
 			}

@@ -11,8 +11,9 @@ import (
 )
 
 // Protocol-level tests of transactional share acknowledgements (KIP-1289):
-// records acquired with ShareFetch, InitProducerId, AddShareAcksToTxn,
-// TxnShareAcknowledge, EndTxn v5.
+// records acquired with ShareFetch, InitProducerId, TxnShareAcknowledge
+// (whose leader adds the share state partition to the transaction), EndTxn
+// v5.
 
 // shareTxnSetup starts a 3-node cluster with topic "in" holding ten
 // records, share group "g" reading from the earliest offset with the given
@@ -29,13 +30,11 @@ func shareTxnSetup(t *testing.T, opts []Opt, configs ...string) (*Cluster, *rawS
 	return c, m1
 }
 
-// shareTxnBegin initializes a transactional id and adds the share state of
-// in/0 to its transaction.
+// shareTxnBegin initializes a transactional id; its first
+// TxnShareAcknowledge starts its transaction.
 func shareTxnBegin(t *testing.T, c *Cluster, txnID string) (int64, int16) {
 	t.Helper()
-	pid, epoch := txnInitOK(t, c, txnID)
-	require.NoError(t, shareAddToTxn(t, c, txnID, pid, epoch, "g", "in", 0))
-	return pid, epoch
+	return txnInitOK(t, c, txnID)
 }
 
 func offsetsFrom(first, last int64, count int16) map[int64]int16 {
@@ -49,11 +48,15 @@ func offsetsFrom(first, last int64, count int16) map[int64]int16 {
 func TestShareTxnCommit(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil)
 	pid, epoch := shareTxnBegin(t, c, "tx")
-	top, part := m1.stageTxn("tx", pid, epoch, "in", 0,
-		shareRange{0, 4, wire.AckAccept}, shareRange{5, 5, wire.AckReject}, shareRange{6, 9, wire.AckRelease})
+	top, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{6, 9, wire.AckRelease})
+	require.ErrorIs(t, part, kerr.InvalidRequest, "RELEASE is not valid in a transaction")
+	require.NoError(t, top)
+	require.NoError(t, m1.acknowledge("in", 0, 6, 9, wire.AckRelease), "a release goes outside the transaction")
+	top, part = m1.stageTxn("tx", pid, epoch, "in", 0,
+		shareRange{0, 4, wire.AckAccept}, shareRange{5, 5, wire.AckReject})
 	require.NoError(t, top)
 	require.NoError(t, part)
-	require.Equal(t, map[shareRecordState]int{shareTxPending: 10}, shareRecordStates(t, c, "g", "in", 0))
+	require.Equal(t, map[shareRecordState]int{shareTxPending: 6, shareAvailable: 4}, shareRecordStates(t, c, "g", "in", 0))
 
 	shareEndTxn(t, c, "tx", pid, epoch, true)
 	require.Equal(t, int64(6), shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset,
@@ -87,13 +90,20 @@ func TestShareTxnStagingNeedsHeldRecords(t *testing.T) {
 	require.Equal(t, map[shareRecordState]int{shareAcquired: 10}, shareRecordStates(t, c, "g", "in", 0), "nothing staged")
 	require.NoError(t, m1.acknowledge("in", 0, 0, 4, wire.AckAccept), "m1 still holds its records")
 
-	_, part = m2.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckGap})
-	require.ErrorIs(t, part, kerr.InvalidRequest, "GAP cannot be staged")
-	stale := *m2
-	stale.epoch = m2.epoch + 5
-	top, part := stale.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckAccept})
+	_, part = m2.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckRelease})
+	require.ErrorIs(t, part, kerr.InvalidRequest, "RELEASE cannot be staged")
+	_, part = m2.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckRenew})
+	require.ErrorIs(t, part, kerr.InvalidRequest, "RENEW cannot be staged")
+	future := *m2
+	future.epoch = m2.epoch + 5
+	top, part := future.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckAccept})
 	require.ErrorIs(t, top, kerr.FencedMemberEpoch)
 	require.ErrorIs(t, part, kerr.FencedMemberEpoch)
+	stale := *m2
+	stale.epoch = m2.epoch - 1
+	top, part = stale.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckAccept})
+	require.ErrorIs(t, top, kerr.StaleMemberEpoch, "only the member's current epoch is valid")
+	require.ErrorIs(t, part, kerr.StaleMemberEpoch)
 	stranger := *m2
 	stranger.id = "nobody"
 	_, part = stranger.stageTxn("tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckAccept})
@@ -112,7 +122,7 @@ func TestShareTxnStagingNeedsHeldRecords(t *testing.T) {
 func TestShareTxnStagingRetryIsAccepted(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "600000")
 	pid, epoch := shareTxnBegin(t, c, "tx")
-	stage := []shareRange{{0, 4, wire.AckAccept}, {5, 9, wire.AckRelease}}
+	stage := []shareRange{{0, 4, wire.AckAccept}, {5, 9, wire.AckReject}}
 	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, stage...)
 	require.NoError(t, part)
 	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, stage...)
@@ -120,14 +130,14 @@ func TestShareTxnStagingRetryIsAccepted(t *testing.T) {
 	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.NoError(t, part, "a retry of part of it")
 	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
-	require.ErrorIs(t, part, kerr.InvalidRecordState, "offsets 5-9 are staged as RELEASE")
+	require.ErrorIs(t, part, kerr.InvalidRecordState, "offsets 5-9 are staged as REJECT")
 	other, otherEpoch := shareTxnBegin(t, c, "other-tx")
 	_, part = m1.stageTxn("other-tx", other, otherEpoch, "in", 0, stage...)
 	require.ErrorIs(t, part, kerr.InvalidRecordState, "another producer's staging")
 	require.Equal(t, map[shareRecordState]int{shareTxPending: 10}, shareRecordStates(t, c, "g", "in", 0))
 
 	shareEndTxn(t, c, "tx", pid, epoch, true)
-	require.Equal(t, int64(5), shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset)
+	require.Equal(t, int64(10), shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset)
 	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, stage...)
 	require.Error(t, part, "after the transaction ended the records are no longer pending for it")
 }
@@ -142,14 +152,6 @@ func TestShareTxnStagingAnExpiredLockFails(t *testing.T) {
 	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
 	require.ErrorIs(t, part, kerr.InvalidRecordState)
 	require.Equal(t, map[shareRecordState]int{shareAvailable: 10}, shareRecordStates(t, c, "g", "in", 0), "nothing staged")
-}
-
-func TestShareTxnStagingNeedsTheStatePartitionInTheTransaction(t *testing.T) {
-	c, m1 := shareTxnSetup(t, nil)
-	pid, epoch := txnInitOK(t, c, "tx") // no AddShareAcksToTxn
-	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
-	require.ErrorIs(t, part, kerr.InvalidTxnState)
-	require.Equal(t, map[shareRecordState]int{shareAcquired: 10}, shareRecordStates(t, c, "g", "in", 0), "nothing staged")
 }
 
 func TestShareTxnPendingOutlivesTheLock(t *testing.T) {
@@ -171,7 +173,6 @@ func TestShareTxnTimeoutMakesRecordsAvailable(t *testing.T) {
 	resp := txnInit(t, c, txnCoordinatorNode(t, c, "tx"), "tx", 500, -1, -1)
 	require.NoError(t, txnErr(resp.ErrorCode))
 	pid, epoch := resp.ProducerID, resp.ProducerEpoch
-	require.NoError(t, shareAddToTxn(t, c, "tx", pid, epoch, "g", "in", 0))
 	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
 	require.NoError(t, part)
 
@@ -206,7 +207,6 @@ func TestShareTxnLateCommitMarker(t *testing.T) {
 			require.NoError(t, part)
 			epochNext := shareEndTxn(t, c, "tx", pid, epochN, true) // N's markers carry epochNext
 
-			require.NoError(t, shareAddToTxn(t, c, "tx", pid, epochNext, "g", "in", 0))
 			_, part = m1.stageTxn("tx", pid, epochNext, "in", 0, shareRange{5, 9, wire.AckAccept})
 			require.NoError(t, part)
 
@@ -239,7 +239,8 @@ func TestShareTxnLateCommitMarker(t *testing.T) {
 func TestShareTxnStatePartitionMovesMidTransaction(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil, "share.record.lock.duration.ms", "600000")
 	pid, epoch := shareTxnBegin(t, c, "tx")
-	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept}, shareRange{5, 9, wire.AckRelease})
+	require.NoError(t, m1.acknowledge("in", 0, 5, 9, wire.AckRelease))
+	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.NoError(t, part)
 
 	state := shareStatePartition(t, c, "g", "in", 0)
@@ -249,7 +250,7 @@ func TestShareTxnStatePartitionMovesMidTransaction(t *testing.T) {
 		require.NoError(t, c.MoveLeader(wire.ShareGroupStateTopic, state, txnOtherNode(c, leader)))
 	}
 	moveAway()
-	require.Equal(t, map[shareRecordState]int{shareTxPending: 10}, shareRecordStates(t, c, "g", "in", 0))
+	require.Equal(t, map[shareRecordState]int{shareTxPending: 5, shareAvailable: 5}, shareRecordStates(t, c, "g", "in", 0))
 	shareEndTxn(t, c, "tx", pid, epoch, true)
 	require.Equal(t, map[shareRecordState]int{shareAvailable: 5}, shareRecordStates(t, c, "g", "in", 0))
 
@@ -290,7 +291,6 @@ func TestShareTxnRepeatedAbortsArchive(t *testing.T) {
 	epoch = shareEndTxn(t, c, "tx", pid, epoch, false)
 	require.Equal(t, offsetsFrom(0, 9, 2), m1.fetch("in", 0), "first abort: available again")
 
-	require.NoError(t, shareAddToTxn(t, c, "tx", pid, epoch, "g", "in", 0))
 	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 9, wire.AckAccept})
 	require.NoError(t, part)
 	shareEndTxn(t, c, "tx", pid, epoch, false)

@@ -49,44 +49,37 @@ func TestTxnForeignTxnIDCannotJoinOpenTransaction(t *testing.T) {
 // TestTxnShareAckLateCopyAfterTV1End: a producer that ends with EndTxn v4
 // (transaction version 1) keeps its epoch, so a late copy of a
 // TxnShareAcknowledge of its aborted transaction, arriving once the member
-// holds the same records again, must not be staged: at v0 nothing added
-// the state partition (INVALID_TXN_STATE); at v1 the coordinator refuses a
-// leader's add after a transaction version 1 end at the same epoch, which
-// would otherwise open a transaction of its own that the producer's next
-// commit (AddPartitionsToTxn v3, Produce v11, EndTxn v4) would commit.
+// holds the same records again, must not be staged: the coordinator
+// refuses a leader's add after a transaction version 1 end at the same
+// epoch (INVALID_TXN_STATE), which would otherwise open a transaction of
+// its own that the producer's next commit (AddPartitionsToTxn v3, Produce
+// v11, EndTxn v4) would commit.
 func TestTxnShareAckLateCopyAfterTV1End(t *testing.T) {
-	for _, v := range []int16{0, 1} {
-		t.Run(map[int16]string{0: "v0", 1: "v1"}[v], func(t *testing.T) {
-			c, m1 := shareTxnSetup(t, nil)
-			createTopic(t, c, "out", 1)
-			coord := txnCoordinatorNode(t, c, "tx")
-			pid, epoch := txnInitOK(t, c, "tx")
-			if v == 0 {
-				require.NoError(t, shareAddToTxn(t, c, "tx", pid, epoch, "g", "in", 0))
-			}
-			// Transaction 1 stages ACCEPT of 0-4, then aborts with EndTxn v4.
-			_, part := m1.stageTxnAt(v, "tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
-			require.NoError(t, part)
-			require.NoError(t, txnErr(txnEnd(t, c, coord, 4, "tx", pid, epoch, false).ErrorCode))
-			require.Len(t, m1.fetch("in", 0), 5, "the aborted records come back to the member")
+	c, m1 := shareTxnSetup(t, nil)
+	createTopic(t, c, "out", 1)
+	coord := txnCoordinatorNode(t, c, "tx")
+	pid, epoch := txnInitOK(t, c, "tx")
+	// Transaction 1 stages ACCEPT of 0-4, then aborts with EndTxn v4.
+	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	require.NoError(t, part)
+	require.NoError(t, txnErr(txnEnd(t, c, coord, 4, "tx", pid, epoch, false).ErrorCode))
+	require.Len(t, m1.fetch("in", 0), 5, "the aborted records come back to the member")
 
-			// The late copy of transaction 1's request.
-			_, part = m1.stageTxnAt(v, "tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	// The late copy of transaction 1's request.
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 
-			// Transaction 2 writes output only, and commits.
-			require.NoError(t, txnAddOutV3(t, c, coord, pid, epoch))
-			require.NoError(t, txnProduce(t, c, 11, "tx", "out", 0, pid, epoch, 0, "txn2"))
-			require.NoError(t, txnErr(txnEnd(t, c, coord, 4, "tx", pid, epoch, true).ErrorCode))
+	// Transaction 2 writes output only, and commits.
+	require.NoError(t, txnAddOutV3(t, c, coord, pid, epoch))
+	require.NoError(t, txnProduce(t, c, 11, "tx", "out", 0, pid, epoch, 0, "txn2"))
+	require.NoError(t, txnErr(txnEnd(t, c, coord, 4, "tx", pid, epoch, true).ErrorCode))
 
-			start := shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset
-			require.ErrorIs(t, part, kerr.InvalidTxnState, "a late copy of an aborted transaction's TxnShareAcknowledge v%d", v)
-			require.Zero(t, start, "transaction 2 acknowledged nothing, yet records 0-%d are done", start-1)
-		})
-	}
+	start := shareOffsets(t, newTestClient(t, c), "g", "in")[0].StartOffset
+	require.ErrorIs(t, part, kerr.InvalidTxnState, "a late copy of an aborted transaction's TxnShareAcknowledge")
+	require.Zero(t, start, "transaction 2 acknowledged nothing, yet records 0-%d are done", start-1)
 }
 
-// TestTxnShareAckVersion2Unsupported: key 95 v2 is UNSUPPORTED_VERSION and
-// nothing is staged.
+// TestTxnShareAckVersion2Unsupported: key 95 v2 (and v1: the draft has v0
+// only) is UNSUPPORTED_VERSION and nothing is staged.
 func TestTxnShareAckVersion2Unsupported(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil)
 	pid, epoch := txnInitOK(t, c, "tx")
@@ -94,32 +87,36 @@ func TestTxnShareAckVersion2Unsupported(t *testing.T) {
 		Version: 2, TransactionalID: "tx", GroupID: "g", MemberID: m1.id, MemberEpoch: m1.epoch,
 		ProducerID: pid, ProducerEpoch: epoch,
 		Topics: []wire.TxnShareAcknowledgeTopic{{TopicID: m1.topicID("in"), Partitions: []wire.TxnShareAcknowledgePartition{{
-			Partition: 0, AcknowledgementBatches: []wire.AcknowledgementBatch{{FirstOffset: 0, LastOffset: 9, AcknowledgeType: wire.AckAccept}},
+			Partition: 0, AcknowledgementBatches: []wire.TxnShareAcknowledgeBatch{{FirstOffset: 0, LastOffset: 9, AcknowledgeTypes: []wire.AckType{wire.AckAccept}}},
 		}}}},
 	}
 	body := wireRoundTrip(t, c, m1.leader("in", 0), req)
 	require.Len(t, body, 2)
 	require.Equal(t, kerr.UnsupportedVersion.Code, int16(binary.BigEndian.Uint16(body)))
+	req.Version = 1
+	body = wireRoundTrip(t, c, m1.leader("in", 0), req)
+	require.Len(t, body, 2)
+	require.Equal(t, kerr.UnsupportedVersion.Code, int16(binary.BigEndian.Uint16(body)), "kshare's former v1 is gone")
 	require.Equal(t, map[shareRecordState]int{shareAcquired: 10}, shareRecordStates(t, c, "g", "in", 0))
 }
 
-// TestTxnShareAckV1Misuse: v1 with a future epoch, a producer id no
+// TestTxnShareAckProducerMisuse: a future epoch, a producer id no
 // InitProducerId gave, another producer's id, and a transactional id that
 // a new producer took over, each refused with nothing staged; v1 with the
 // epoch a TV2 EndTxn returned starts the next transaction.
-func TestTxnShareAckV1Misuse(t *testing.T) {
+func TestTxnShareAckProducerMisuse(t *testing.T) {
 	c, m1 := shareTxnSetup(t, nil)
 	pid, epoch := txnInitOK(t, c, "tx")
 	otherPid, otherEpoch := txnInitOK(t, c, "other")
 	nothing := map[shareRecordState]int{shareAcquired: 10}
 
-	_, part := m1.stageTxnAt(1, "tx", pid, epoch+1, "in", 0, shareRange{0, 4, wire.AckAccept})
+	_, part := m1.stageTxn("tx", pid, epoch+1, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.Error(t, part, "future epoch")
-	_, part = m1.stageTxnAt(1, "tx", pid+1000, 0, "in", 0, shareRange{0, 4, wire.AckAccept})
+	_, part = m1.stageTxn("tx", pid+1000, 0, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.ErrorIs(t, part, kerr.InvalidProducerIDMapping)
-	_, part = m1.stageTxnAt(1, "never", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	_, part = m1.stageTxn("never", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.ErrorIs(t, part, kerr.InvalidProducerIDMapping)
-	_, part = m1.stageTxnAt(1, "tx", otherPid, otherEpoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	_, part = m1.stageTxn("tx", otherPid, otherEpoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.ErrorIs(t, part, kerr.InvalidProducerIDMapping)
 	require.Equal(t, nothing, shareRecordStates(t, c, "g", "in", 0))
 
@@ -128,16 +125,16 @@ func TestTxnShareAckV1Misuse(t *testing.T) {
 	newPid, newEpoch := txnInitOK(t, c, "tx")
 	require.Equal(t, pid, newPid)
 	require.Greater(t, newEpoch, epoch)
-	_, part = m1.stageTxnAt(1, "tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.ErrorIs(t, part, kerr.ProducerFenced)
 	require.Equal(t, nothing, shareRecordStates(t, c, "g", "in", 0))
 
-	// v1 right after a TV2 commit, with the new epoch, starts the next
+	// Right after a TV2 commit, the new epoch starts the next
 	// transaction.
-	_, part = m1.stageTxnAt(1, "tx", newPid, newEpoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	_, part = m1.stageTxn("tx", newPid, newEpoch, "in", 0, shareRange{0, 4, wire.AckAccept})
 	require.NoError(t, part)
 	next := shareEndTxn(t, c, "tx", newPid, newEpoch, true)
-	_, part = m1.stageTxnAt(1, "tx", newPid, next, "in", 0, shareRange{5, 9, wire.AckAccept})
+	_, part = m1.stageTxn("tx", newPid, next, "in", 0, shareRange{5, 9, wire.AckAccept})
 	require.NoError(t, part)
 	shareEndTxn(t, c, "tx", newPid, next, false)
 	require.Equal(t, map[shareRecordState]int{shareAvailable: 5}, shareRecordStates(t, c, "g", "in", 0),
@@ -151,24 +148,17 @@ func TestTxnShareAckV1Misuse(t *testing.T) {
 // producer epoch, so the retry is recognised and answered as success (it
 // used to read INVALID_RECORD_STATE, which aborted the commit).
 func TestShareTxnStagingRetryAfterLeaderMove(t *testing.T) {
-	for _, v := range []int16{0, 1} {
-		t.Run(map[int16]string{0: "v0", 1: "v1"}[v], func(t *testing.T) {
-			c, m1 := shareTxnSetup(t, nil)
-			pid, epoch := txnInitOK(t, c, "tx")
-			if v == 0 {
-				require.NoError(t, shareAddToTxn(t, c, "tx", pid, epoch, "g", "in", 0))
-			}
-			_, part := m1.stageTxnAt(v, "tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
-			require.NoError(t, part)
-			// The same retry at the same leader is accepted.
-			_, part = m1.stageTxnAt(v, "tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
-			require.NoError(t, part)
+	c, m1 := shareTxnSetup(t, nil)
+	pid, epoch := txnInitOK(t, c, "tx")
+	_, part := m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	require.NoError(t, part)
+	// The same retry at the same leader is accepted.
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	require.NoError(t, part)
 
-			require.NoError(t, c.MoveLeader("in", 0, txnOtherNode(c, m1.leader("in", 0))))
-			_, part = m1.stageTxnAt(v, "tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
-			require.NoError(t, part, "the retry of an applied staging, at the partition's new leader")
-		})
-	}
+	require.NoError(t, c.MoveLeader("in", 0, txnOtherNode(c, m1.leader("in", 0))))
+	_, part = m1.stageTxn("tx", pid, epoch, "in", 0, shareRange{0, 4, wire.AckAccept})
+	require.NoError(t, part, "the retry of an applied staging, at the partition's new leader")
 }
 
 // txnAddOutV3 adds out/0 to tx's transaction with the client form of
@@ -188,18 +178,16 @@ func txnAddOutV3(t *testing.T, c *Cluster, coord int32, pid int64, epoch int16) 
 // TestTxnLeaderAddAfterTimeoutAbort: the refusal of a leader's add after
 // a transaction version 1 end must not catch a transaction version 2
 // producer whose transaction was aborted on timeout. A TV2 producer makes
-// client-form adds legitimately (kshare's AddShareAcksToTxn before
-// TxnShareAcknowledge v0, kgo's AddOffsetsToTxn without TxnOffsetCommit
-// v5), so the transaction's version reads 0; the timeout abort bumps the
-// epoch, and the producer's EndTxn v5 ABORT at the old epoch, the retry of
-// that abort, hands it the new one. Nothing was ever sent at the new
-// epoch: the next transaction's first Produce v12 or TxnShareAcknowledge
-// v1 starts it.
+// client-form adds legitimately (kgo's AddOffsetsToTxn without
+// TxnOffsetCommit v5), so the transaction's version reads 0; the timeout
+// abort bumps the epoch, and the producer's EndTxn v5 ABORT at the old
+// epoch, the retry of that abort, hands it the new one. Nothing was ever
+// sent at the new epoch: the next transaction's first Produce v12 or
+// TxnShareAcknowledge starts it.
 func TestTxnLeaderAddAfterTimeoutAbort(t *testing.T) {
 	for _, cs := range []struct{ legacyAdd, next string }{
-		{"AddShareAcksToTxn", "Produce v12"},
 		{"AddOffsetsToTxn", "Produce v12"},
-		{"AddShareAcksToTxn", "TxnShareAcknowledge v1"},
+		{"AddOffsetsToTxn", "TxnShareAcknowledge"},
 	} {
 		legacyAdd := cs.legacyAdd
 		t.Run(legacyAdd+" then "+cs.next, func(t *testing.T) {
@@ -210,10 +198,6 @@ func TestTxnLeaderAddAfterTimeoutAbort(t *testing.T) {
 
 			require.NoError(t, txnProduce(t, c, 12, "tx", "out", 0, pid, epoch, 0, "txn1"))
 			switch legacyAdd {
-			case "AddShareAcksToTxn":
-				require.NoError(t, shareAddToTxn(t, c, "tx", pid, epoch, "g", "in", 0))
-				_, part := m1.stageTxnAt(0, "tx", pid, epoch, "in", 0, shareRange{5, 9, wire.AckAccept})
-				require.NoError(t, part)
 			case "AddOffsetsToTxn":
 				req := kmsg.NewPtrAddOffsetsToTxnRequest()
 				req.Version = 4
@@ -249,7 +233,7 @@ func TestTxnLeaderAddAfterTimeoutAbort(t *testing.T) {
 			} else {
 				// 0-4 are still held by m1; kshare classifies this
 				// answer (INVALID_TXN_STATE), once confirmed, as fatal.
-				_, err = m1.stageTxnAt(1, "tx", pid, next, "in", 0, shareRange{0, 4, wire.AckAccept})
+				_, err = m1.stageTxn("tx", pid, next, "in", 0, shareRange{0, 4, wire.AckAccept})
 			}
 			require.NoError(t, err, "the first %s of the next transaction, at an epoch nothing was sent at", cs.next)
 		})

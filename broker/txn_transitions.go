@@ -148,7 +148,7 @@ func (tc *txnCoordinator) addPartitions(sh *shard[*txnShard], txnID string, pid 
 	}
 	if tv >= txnVersion2 && m.state.complete() && m.epochKept {
 		// A leader's add (Produce v12, TxnOffsetCommit v5,
-		// TxnShareAcknowledge v1) may start a transaction only because
+		// TxnShareAcknowledge) may start a transaction only because
 		// transaction version 2 bumps the epoch at every EndTxn, so that a
 		// late request of an ended transaction is fenced. This epoch's
 		// last transaction ended with EndTxn below v5 and kept its epoch:

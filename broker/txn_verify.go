@@ -24,8 +24,7 @@ const (
 	txnAdd txnJoin = iota
 	// txnVerifyOnly only checks that the partition is already in the
 	// ongoing transaction, which the client asked for first with
-	// AddPartitionsToTxn, AddOffsetsToTxn or AddShareAcksToTxn (KIP-890
-	// part 1). A partition that is not answers TRANSACTION_ABORTABLE.
+	// AddPartitionsToTxn or AddOffsetsToTxn (KIP-890 part 1). A partition that is not answers TRANSACTION_ABORTABLE.
 	txnVerifyOnly
 )
 

@@ -89,7 +89,6 @@ var fmTargetKeys = map[int16]bool{
 	kmsg.AddPartitionsToTxn.Int16(): true,
 	kmsg.AddOffsetsToTxn.Int16():    true,
 	kmsg.EndTxn.Int16():             true,
-	wire.AddShareAcksToTxnKey:       true,
 	wire.TxnShareAcknowledgeKey:     true,
 }
 

@@ -327,16 +327,21 @@ type GroupMetadata struct {
 // at commit, before EndTxn. Empty acknowledgements add nothing.
 //
 // It fails with ErrUnsupported, sending nothing and changing nothing, if
-// a broker involved lacks the KIP-1289 APIs. Any other failure dooms the
-// transaction, which must not commit without them: nil or invalid
-// acknowledgements, metadata of another member, acknowledgements merged
-// from two consumers, records the consumer does not hold or a consumer in
-// another mode (ErrUsage, shareconsumer.ErrNotHeld); a lock that ran out
-// (ErrAbortable, shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
+// a broker involved lacks KIP-1289's TxnShareAcknowledge (key 95 v0 and
+// share.version >= 3) or the transaction runs version 1. Any other
+// failure dooms the transaction, which must not commit without them: nil
+// or invalid acknowledgements, metadata of another member,
+// acknowledgements merged from two consumers, records the consumer does
+// not hold or a consumer in another mode (ErrUsage,
+// shareconsumer.ErrNotHeld); a lock that ran out (ErrAbortable,
+// shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
 //
 // The consumer that built acks follows them: it renews their locks while
 // the transaction is open and learns its outcome exactly once (releasing
-// the records of an aborted transaction at once).
+// the records of an aborted transaction at once). KIP-1289 stages only
+// ACCEPT and REJECT: records acknowledged with AckRelease are left out of
+// the transaction, and the consumer releases them with a plain
+// ShareAcknowledge once the outcome is known, whichever it is.
 func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) error {
 	if !p.made() {
 		return errNotMade("send share acknowledgements to transaction")

@@ -193,12 +193,11 @@ func TestShareAcksUnsupportedSendsNothing(t *testing.T) {
 	err := p.SendShareAcksToTransaction(ctx, ka(acks), kshare.ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 1})
 	require.ErrorIs(t, err, kshare.ErrUnsupported)
 	require.NotErrorIs(t, err, kshare.ErrFatal, "one class: the producer stays usable")
-	for _, want := range []string{"broker 0", "API key 96", "API key 95", wire.ShareVersionFeature} {
+	for _, want := range []string{"broker 0", "API key 95", wire.ShareVersionFeature} {
 		require.True(t, strings.Contains(err.Error(), want), "%q should mention %q", err, want)
 	}
 	require.Zero(t, tracker.staged, "nothing staged")
 	require.NoError(t, p.CommitTransaction(ctx), "the transaction is unchanged and commits")
 	require.Len(t, readCommitted(t, c, "plain", 1), 1)
-	require.Empty(t, log.Of(wire.AddShareAcksToTxnKey), "no KIP-1289 request was sent")
 	require.Empty(t, log.Of(wire.TxnShareAcknowledgeKey), "no KIP-1289 request was sent")
 }

@@ -53,14 +53,18 @@
 //     releases them, even if the application never ends it. Brokers without
 //     ShareAcknowledge v2 cannot renew; the consumer logs it once and the
 //     records keep their first lock.
-//   - how the transaction ended. Committed records are forgotten. After an
+//   - how the transaction ended. Committed records are forgotten, except
+//     those the transaction carried as RELEASE: KIP-1289 does not stage
+//     RELEASE, so the producer leaves them out of TxnShareAcknowledge and
+//     the consumer releases them now (ShareAcknowledge RELEASE). After an
 //     abort the broker makes every record whose acknowledgement reached it
 //     available again; records whose acknowledgement never left the client
 //     (the producer sends them at commit, so an abort before commit leaves
 //     them all locked) are released by the consumer (ShareAcknowledge
 //     RELEASE), so the group gets them again at once. That release is how
 //     every dropped acknowledgement comes back (an aborted transaction, a
-//     failed or aborted checkpoint, an acknowledger that closes), and the
+//     failed or aborted checkpoint, an acknowledger that closes, a RELEASE
+//     in a committed transaction), and the
 //     only acknowledgement a Transactional consumer ever sends, besides GAP
 //     for offsets without a record and RENEW.
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -17,8 +18,25 @@ import (
 // are not methods applications can call.
 type tracker Consumer
 
-// The Consumer follows its records through transactions.
-var _ acktrack.Tracker = (*tracker)(nil)
+// The Consumer follows its records through transactions, and tells the
+// commit its current member epoch.
+var (
+	_ acktrack.Tracker      = (*tracker)(nil)
+	_ txn.MemberEpochSource = (*tracker)(nil)
+)
+
+// CurrentMemberEpoch returns the consumer's current member epoch, if it is
+// member of group now: TxnShareAcknowledge needs the current epoch, which
+// a heartbeat may have moved since the acknowledgements were staged.
+func (t *tracker) CurrentMemberEpoch(group, member string) (int32, bool) {
+	c := (*Consumer)(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if group != c.cfg.group || member != c.memberID || c.memberID == "" {
+		return 0, false
+	}
+	return c.epoch, true
+}
 
 // Acks turns records returned by Poll into the acknowledgements a
 // transaction carries (producer.SendShareAcksToTransaction,
@@ -233,7 +251,26 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 	n := 0
 	for _, atp := range acks.Partitions() {
 		f := finder{p: c.held.parts[kshare.TopicPartition(atp)]}
-		for _, rec := range acks.Records(atp) {
+		recs := acks.Records(atp)
+		// RELEASE is never sent in the transaction (KIP-1289 refuses
+		// it): the records whose last acknowledgement is RELEASE are
+		// given back here, whichever the outcome, with a plain
+		// ShareAcknowledge, as an abort gives back every record.
+		var released map[int64]bool
+		if committed {
+			for _, rec := range recs {
+				switch {
+				case rec.Type == int8(kshare.AckRelease):
+					if released == nil {
+						released = make(map[int64]bool)
+					}
+					released[rec.Offset] = true
+				case released != nil:
+					delete(released, rec.Offset)
+				}
+			}
+		}
+		for _, rec := range recs {
 			a, idx, ok := f.find(rec.Offset)
 			sr := stagedOf(a, idx, ok)
 			if sr == nil || sr.unit != acks {
@@ -241,7 +278,7 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 			}
 			a.staged[idx] = nil
 			n++
-			if !committed && !c.closing && !a.dead && now.Before(sr.deadline) {
+			if (!committed || released[rec.Offset]) && !c.closing && !a.dead && now.Before(sr.deadline) {
 				if release[a] == nil {
 					release[a] = make(map[int]struct{})
 				}

@@ -221,23 +221,15 @@ func TestTransactionalConsumerClosedMidTransaction(t *testing.T) {
 	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
 }
 
-// stageAtBroker does what a commit does before EndTxn: AddShareAcksToTxn
-// at the transaction coordinator and TxnShareAcknowledge at each leader,
-// with the producer's id and epoch. The records go TX_PENDING.
+// stageAtBroker does what a commit does before EndTxn: TxnShareAcknowledge
+// at each leader, with the producer's id and epoch (the leader adds the
+// share state partition to the transaction). The records go TX_PENDING.
 func stageAtBroker(e *env, p *producer.Producer, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata) {
 	e.t.Helper()
 	st := p.Status()
 	pid, epoch, txnID := st.ProducerID, st.Epoch, st.TransactionalID
-	fc := kmsg.NewPtrFindCoordinatorRequest()
-	fc.CoordinatorType = 1
-	fc.CoordinatorKeys = []string{txnID}
-	fcr, err := fc.RequestWith(e.ctx, e.admin)
-	require.NoError(e.t, err)
-	require.NoError(e.t, kerr.ErrorForCode(fcr.Coordinators[0].ErrorCode))
-	add := &wire.AddShareAcksToTxnRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch, GroupID: meta.GroupID}
 	byLeader := make(map[int32]*wire.TxnShareAcknowledgeRequest)
 	for _, tp := range acks.Partitions() {
-		add.Topics = append(add.Topics, wire.AddShareAcksToTxnTopic{Name: tp.Topic, Partitions: []int32{tp.Partition}})
 		leader, err := e.c.Leader(tp.Topic, tp.Partition)
 		require.NoError(e.t, err)
 		req := byLeader[leader]
@@ -248,17 +240,14 @@ func stageAtBroker(e *env, p *producer.Producer, acks *kshare.ShareAcks, meta ks
 		}
 		id, ok := shareconsumer.TopicID(acks, tp.Topic)
 		require.True(e.t, ok)
-		var batches []wire.AcknowledgementBatch
+		var batches []wire.TxnShareAcknowledgeBatch
 		for _, r := range acks.Records(tp) {
-			batches = append(batches, wire.AcknowledgementBatch{FirstOffset: r.Offset, LastOffset: r.Offset, AcknowledgeType: wire.AckType(r.Type)})
+			batches = append(batches, wire.TxnShareAcknowledgeBatch{FirstOffset: r.Offset, LastOffset: r.Offset, AcknowledgeTypes: []wire.AckType{wire.AckType(r.Type)}})
 		}
 		req.Topics = append(req.Topics, wire.TxnShareAcknowledgeTopic{TopicID: id, Partitions: []wire.TxnShareAcknowledgePartition{
 			{Partition: tp.Partition, AcknowledgementBatches: batches},
 		}})
 	}
-	resp, err := e.admin.Broker(int(fcr.Coordinators[0].NodeID)).Request(e.ctx, add)
-	require.NoError(e.t, err)
-	require.NoError(e.t, kerr.ErrorForCode(resp.(*wire.AddShareAcksToTxnResponse).ErrorCode))
 	for leader, req := range byLeader {
 		resp, err := e.admin.Broker(int(leader)).Request(e.ctx, req)
 		require.NoError(e.t, err)

@@ -8,9 +8,10 @@ import "github.com/kshare-go/kshare"
 // same numbers; GAP and RENEW are sent by the share consumer itself.
 type AckType int8
 
-// The acknowledgement types of the protocol. Only Accept, Release and
-// Reject can be staged in a transaction; Renew extends a lock (KIP-1222)
-// and Gap marks offsets without a record.
+// The acknowledgement types of the protocol. Only Accept, Reject and Gap
+// are valid in TxnShareAcknowledge; Release is sent outside the
+// transaction, in ShareAcknowledge; Renew extends a lock (KIP-1222) and Gap
+// marks offsets without a record.
 const (
 	AckGap     AckType = 0
 	AckAccept  AckType = 1
@@ -32,8 +33,9 @@ func (t AckType) String() string {
 	return kshare.AckType(t).String()
 }
 
-// Transactional reports whether t may be staged in a transaction
-// (TxnShareAcknowledge refuses the others).
+// Transactional reports whether t may be staged in a transaction: ACCEPT,
+// REJECT and the gap marker, as in the draft of KIP-1289
+// (TxnShareAcknowledge refuses the others, RELEASE included).
 func (t AckType) Transactional() bool {
-	return t == AckAccept || t == AckRelease || t == AckReject
+	return t == AckAccept || t == AckReject || t == AckGap
 }

@@ -1,9 +1,10 @@
 // Package wire is the wire format of KIP-1289, for kgo users who send the
-// two new messages themselves and for the bundled broker: the requests and
-// responses of AddShareAcksToTxn (key 96) and TxnShareAcknowledge (key
-// 95), which kmsg does not know, their acknowledgement types, the
-// feature levels a client checks before it sends them, and
-// KgoMaxVersions, the version set a kgo.Client needs to send them at all.
+// KIP-1289 message themselves and for the bundled broker: the request and
+// response of TxnShareAcknowledge (key 95, v0, in the layout of
+// apache/kafka PR #22357; docs/protocol.md names the commit), which kmsg
+// does not know, the acknowledgement types, the feature levels a client
+// checks before it sends it, and KgoMaxVersions, the version set a
+// kgo.Client needs to send it at all.
 //
 // Applications that use kshare's clients never need this package: the
 // acknowledgement vocabulary (kshare.AckType, kshare.ShareAcks) is in
@@ -16,6 +17,7 @@
 // kshare.ErrUnsupported: a broker whose KIP-1289 messages differ from
 // these is one kshare cannot use.
 //
-// The key numbers are provisional (the KIP leaves them "TBD"); they live in
-// this package alone, so moving them is a one-line change.
+// The key number is the draft's (the KIP leaves it "TBD") and may still
+// move before upstream merges; it lives in this package alone, so moving it
+// is a one-line change.
 package wire

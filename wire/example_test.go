@@ -15,15 +15,15 @@ func ExampleTxnShareAcknowledgeRequest() {
 	req := &wire.TxnShareAcknowledgeRequest{
 		TransactionalID: "ctp-worker-0",
 		GroupID:         "ctp",
-		MemberID:        "member-1",
-		MemberEpoch:     3,
 		ProducerID:      4000,
 		ProducerEpoch:   7,
+		MemberID:        "member-1",
+		MemberEpoch:     3,
 		Topics: []wire.TxnShareAcknowledgeTopic{{
 			TopicID: [16]byte{1},
 			Partitions: []wire.TxnShareAcknowledgePartition{{
 				Partition:              0,
-				AcknowledgementBatches: []wire.AcknowledgementBatch{{FirstOffset: 10, LastOffset: 12, AcknowledgeType: wire.AckAccept}},
+				AcknowledgementBatches: []wire.TxnShareAcknowledgeBatch{{FirstOffset: 10, LastOffset: 12, AcknowledgeTypes: []wire.AckType{wire.AckAccept}}},
 			}},
 		}},
 	}
@@ -35,12 +35,12 @@ func ExampleTxnShareAcknowledgeRequest() {
 		return
 	}
 	b := got.Topics[0].Partitions[0].AcknowledgementBatches[0]
-	fmt.Println(wire.NameForKey(got.Key()), got.MemberID, got.ProducerEpoch, b.FirstOffset, b.LastOffset, b.AcknowledgeType)
+	fmt.Println(wire.NameForKey(got.Key()), got.MemberID, got.ProducerEpoch, b.FirstOffset, b.LastOffset, b.AcknowledgeTypes)
 
 	err := got.ReadFrom(raw[:len(raw)-3])
 	fmt.Println(errors.Is(err, wire.ErrMalformed))
 	// Output:
-	// TxnShareAcknowledge member-1 7 10 12 ACCEPT
+	// TxnShareAcknowledge member-1 7 10 12 [ACCEPT]
 	// true
 }
 
@@ -52,7 +52,7 @@ func ExampleAckType() {
 		names = append(names, t.String())
 	}
 	fmt.Println(strings.Join(names, " "))
-	fmt.Println(wire.AckType(kshare.AckReject), wire.AckType(kshare.AckReject).Transactional(), wire.AckRenew.Transactional())
+	fmt.Println(wire.AckType(kshare.AckReject), wire.AckType(kshare.AckReject).Transactional(), wire.AckRelease.Transactional())
 	// Output:
 	// GAP ACCEPT RELEASE REJECT RENEW AckType(5)
 	// REJECT true false

@@ -5,27 +5,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
-// API keys of the KIP-1289 messages. Both are flexible from version 0.
-const (
-	// TxnShareAcknowledgeKey stages share acknowledgements inside a
-	// transaction at the share-partition leader of each data partition.
-	TxnShareAcknowledgeKey int16 = 95
-	// AddShareAcksToTxnKey adds the __share_group_state partitions of a
-	// group's acknowledged partitions to a transaction, at the transaction
-	// coordinator.
-	AddShareAcksToTxnKey int16 = 96
-)
+// TxnShareAcknowledgeKey is the API key of TxnShareAcknowledge (KIP-1289),
+// flexible from version 0: it stages share acknowledgements inside a
+// transaction at the share-partition leader of each data partition. It is
+// the key apache/kafka PR #22357 assigns; KIP-1289 has no other message
+// (no AddShareAcksToTxn: the leader adds the share state partition to the
+// transaction itself).
+const TxnShareAcknowledgeKey int16 = 95
 
 // TxnShareAcknowledgeMaxVersion is the newest TxnShareAcknowledge version:
-// 1, at which the partition leader adds the share state partition to the
-// transaction itself (the client sends no AddShareAcksToTxn). Version 0
-// needs AddShareAcksToTxn first.
-const TxnShareAcknowledgeMaxVersion int16 = 1
+// 0, the draft's only one.
+const TxnShareAcknowledgeMaxVersion int16 = 0
 
 // ShareVersionFeature is the finalized feature that gates the KIP-1289 APIs,
 // and MinShareVersionForTxnAcks the level it must reach: a broker that
-// advertises both keys but finalizes share.version below 3 has not turned
-// transactional acknowledgements on.
+// advertises key 95 but finalizes share.version below 3 has not turned
+// transactional acknowledgements on. In the draft's ShareVersion, level 3
+// (KIP-1289) comes after level 2 (the share-group DLQ, KIP-1191), and
+// every level enables what the levels below it do.
 const (
 	ShareVersionFeature        = "share.version"
 	MinShareVersionForTxnAcks  = 3
@@ -41,38 +38,31 @@ const (
 // client AddPartitionsToTxn).
 const MinTransactionVersionForTV2 = transactionVersionTV2Level
 
-// RequestForKey returns an empty request of the given key: the two KIP-1289
-// keys first, then everything kmsg knows. It returns nil for an unknown key.
+// RequestForKey returns an empty request of the given key: the KIP-1289
+// key first, then everything kmsg knows. It returns nil for an unknown key.
 func RequestForKey(key int16) kmsg.Request {
-	switch key {
-	case TxnShareAcknowledgeKey:
+	if key == TxnShareAcknowledgeKey {
 		return new(TxnShareAcknowledgeRequest)
-	case AddShareAcksToTxnKey:
-		return new(AddShareAcksToTxnRequest)
 	}
 	return kmsg.RequestForKey(key)
 }
 
-// NameForKey names a key, including the two KIP-1289 keys.
+// NameForKey names a key, including the KIP-1289 key.
 func NameForKey(key int16) string {
-	switch key {
-	case TxnShareAcknowledgeKey:
+	if key == TxnShareAcknowledgeKey {
 		return "TxnShareAcknowledge"
-	case AddShareAcksToTxnKey:
-		return "AddShareAcksToTxn"
 	}
 	return kmsg.NameForKey(key)
 }
 
 // KgoMaxVersions returns the API versions a kgo client must be allowed to
 // send for KIP-1289: kgo's stable set (kversion.Stable, kgo's default
-// kgo.MaxVersions) plus the two KIP-1289 keys, which kgo refuses to send
+// kgo.MaxVersions) plus the KIP-1289 key, which kgo refuses to send
 // otherwise. kshare's producer and acknowledger build their clients with
-// kgo.MaxVersions(wire.KgoMaxVersions()); a kgo user who sends keys 95
-// and 96 does the same.
+// kgo.MaxVersions(wire.KgoMaxVersions()); a kgo user who sends key 95 does
+// the same.
 func KgoMaxVersions() *kversion.Versions {
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(TxnShareAcknowledgeKey, TxnShareAcknowledgeMaxVersion)
-	v.SetMaxKeyVersion(AddShareAcksToTxnKey, 0)
 	return v
 }

@@ -5,44 +5,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// AddShareAcksToTxnTopic names the data partitions of one topic whose share
-// state partitions join the transaction.
-type AddShareAcksToTxnTopic struct {
-	Name       string
-	Partitions []int32
-}
-
-// AddShareAcksToTxnRequest (key 96, v0, flexible) asks the transaction
-// coordinator to add the __share_group_state partition of every (group,
-// topic, partition) to the producer's ongoing transaction. It mirrors
-// AddOffsetsToTxn; the broker computes the state partitions.
-type AddShareAcksToTxnRequest struct {
-	Version         int16
-	TransactionalID string
-	ProducerID      int64
-	ProducerEpoch   int16
-	GroupID         string
-	Topics          []AddShareAcksToTxnTopic
-}
-
-// AddShareAcksToTxnResponse answers AddShareAcksToTxnRequest.
-type AddShareAcksToTxnResponse struct {
-	Version        int16
-	ThrottleMillis int32
-	ErrorCode      int16
-}
-
-// AcknowledgementBatch is one contiguous offset range and what to do with it.
+// AcknowledgementBatch is one contiguous offset range and the one type for
+// all of it, as the share consumer sends them in ShareFetch and
+// ShareAcknowledge (kmsg's batches, with a single-entry AcknowledgeTypes).
+// TxnShareAcknowledge uses TxnShareAcknowledgeBatch, which may carry a type
+// per offset.
 type AcknowledgementBatch struct {
 	FirstOffset     int64
 	LastOffset      int64
 	AcknowledgeType AckType
 }
 
+// TxnShareAcknowledgeBatch is one contiguous offset range of a
+// TxnShareAcknowledge request and what to do with it, as the draft's
+// TxnShareAcknowledgeBatch: AcknowledgeTypes holds one type per offset of
+// FirstOffset..LastOffset, or a single type for the whole range. Only
+// AckAccept, AckReject and AckGap are valid in a transaction.
+type TxnShareAcknowledgeBatch struct {
+	FirstOffset      int64
+	LastOffset       int64
+	AcknowledgeTypes []AckType
+}
+
 // TxnShareAcknowledgePartition carries the batches of one partition.
 type TxnShareAcknowledgePartition struct {
 	Partition              int32
-	AcknowledgementBatches []AcknowledgementBatch
+	AcknowledgementBatches []TxnShareAcknowledgeBatch
 }
 
 // TxnShareAcknowledgeTopic carries the partitions of one topic, by id.
@@ -51,23 +39,25 @@ type TxnShareAcknowledgeTopic struct {
 	Partitions []TxnShareAcknowledgePartition
 }
 
-// TxnShareAcknowledgeRequest (key 95, v0-1, flexible) stages acknowledgements
+// TxnShareAcknowledgeRequest (key 95, v0, flexible) stages acknowledgements
 // in a transaction at the share-partition leader of each partition it
-// names. Staged records go TX_PENDING until a marker on the share state
-// partition commits or aborts them. Both versions have the same layout; they
-// differ in who puts the share state partition in the transaction: at v0
-// the client does, with AddShareAcksToTxn first, and the leader only
-// verifies it; at v1 the leader adds it itself, as a transaction version 2
-// leader does for Produce v12 (KIP-890), so the client sends no
-// AddShareAcksToTxn.
+// names, in the layout of apache/kafka PR #22357 (docs/protocol.md names
+// the commit): TransactionalId, GroupId, ProducerId, ProducerEpoch,
+// MemberId, MemberEpoch, then the topics. The leader adds the group's
+// __share_group_state partition to the producer's (transaction version 2)
+// transaction itself; staged records go TX_PENDING until a marker on that
+// partition commits or aborts them.
+//
+// TransactionalID is nullable on the wire; a null decodes as "", which a
+// broker refuses (INVALID_REQUEST), as the draft does.
 type TxnShareAcknowledgeRequest struct {
 	Version         int16
 	TransactionalID string
 	GroupID         string
-	MemberID        string
-	MemberEpoch     int32
 	ProducerID      int64
 	ProducerEpoch   int16
+	MemberID        string
+	MemberEpoch     int32
 	Topics          []TxnShareAcknowledgeTopic
 }
 
@@ -96,121 +86,14 @@ type TxnShareAcknowledgeResponse struct {
 }
 
 var (
-	_ kmsg.Request  = (*AddShareAcksToTxnRequest)(nil)
-	_ kmsg.Response = (*AddShareAcksToTxnResponse)(nil)
 	_ kmsg.Request  = (*TxnShareAcknowledgeRequest)(nil)
 	_ kmsg.Response = (*TxnShareAcknowledgeResponse)(nil)
 )
 
-// Key returns 96.
-func (*AddShareAcksToTxnRequest) Key() int16 { return AddShareAcksToTxnKey }
-
-// MaxVersion returns 0.
-func (*AddShareAcksToTxnRequest) MaxVersion() int16 { return 0 }
-
-// SetVersion sets the version to encode.
-func (v *AddShareAcksToTxnRequest) SetVersion(version int16) { v.Version = version }
-
-// GetVersion returns the version to encode.
-func (v *AddShareAcksToTxnRequest) GetVersion() int16 { return v.Version }
-
-// IsFlexible returns true: the message is flexible from v0.
-func (*AddShareAcksToTxnRequest) IsFlexible() bool { return true }
-
-// ResponseKind returns an empty response of the same version.
-func (v *AddShareAcksToTxnRequest) ResponseKind() kmsg.Response {
-	return &AddShareAcksToTxnResponse{Version: v.Version}
-}
-
-// AppendTo appends the request body in wire form.
-func (v *AddShareAcksToTxnRequest) AppendTo(dst []byte) []byte {
-	dst = kbin.AppendCompactString(dst, v.TransactionalID)
-	dst = kbin.AppendInt64(dst, v.ProducerID)
-	dst = kbin.AppendInt16(dst, v.ProducerEpoch)
-	dst = kbin.AppendCompactString(dst, v.GroupID)
-	dst = kbin.AppendCompactArrayLen(dst, len(v.Topics))
-	for _, t := range v.Topics {
-		dst = kbin.AppendCompactString(dst, t.Name)
-		dst = kbin.AppendCompactArrayLen(dst, len(t.Partitions))
-		for _, p := range t.Partitions {
-			dst = kbin.AppendInt32(dst, p)
-		}
-		dst = appendTags(dst)
-	}
-	return appendTags(dst)
-}
-
-// ReadFrom decodes a request body; errors wrap ErrMalformed.
-func (v *AddShareAcksToTxnRequest) ReadFrom(src []byte) error {
-	if err := checkVersion("AddShareAcksToTxnRequest", v.Version, 0); err != nil {
-		return err
-	}
-	r := newReader(src)
-	v.TransactionalID = r.CompactString()
-	v.ProducerID = r.Int64()
-	v.ProducerEpoch = r.Int16()
-	v.GroupID = r.CompactString()
-	v.Topics = make([]AddShareAcksToTxnTopic, r.arrayLen())
-	for i := range v.Topics {
-		t := &v.Topics[i]
-		t.Name = r.CompactString()
-		t.Partitions = make([]int32, r.arrayLen())
-		for j := range t.Partitions {
-			t.Partitions[j] = r.Int32()
-		}
-		r.skipTags()
-	}
-	r.skipTags()
-	return r.complete("AddShareAcksToTxnRequest", v.Version)
-}
-
-// Key returns 96.
-func (*AddShareAcksToTxnResponse) Key() int16 { return AddShareAcksToTxnKey }
-
-// MaxVersion returns 0.
-func (*AddShareAcksToTxnResponse) MaxVersion() int16 { return 0 }
-
-// SetVersion sets the version to encode.
-func (v *AddShareAcksToTxnResponse) SetVersion(version int16) { v.Version = version }
-
-// GetVersion returns the version to encode.
-func (v *AddShareAcksToTxnResponse) GetVersion() int16 { return v.Version }
-
-// IsFlexible returns true: the message is flexible from v0.
-func (*AddShareAcksToTxnResponse) IsFlexible() bool { return true }
-
-// RequestKind returns an empty request of the same version.
-func (v *AddShareAcksToTxnResponse) RequestKind() kmsg.Request {
-	return &AddShareAcksToTxnRequest{Version: v.Version}
-}
-
-// Throttle returns the throttle and whether the client throttles after
-// the response (KIP-219: it does).
-func (v *AddShareAcksToTxnResponse) Throttle() (int32, bool) { return v.ThrottleMillis, true }
-
-// AppendTo appends the response body in wire form.
-func (v *AddShareAcksToTxnResponse) AppendTo(dst []byte) []byte {
-	dst = kbin.AppendInt32(dst, v.ThrottleMillis)
-	dst = kbin.AppendInt16(dst, v.ErrorCode)
-	return appendTags(dst)
-}
-
-// ReadFrom decodes a response body; errors wrap ErrMalformed.
-func (v *AddShareAcksToTxnResponse) ReadFrom(src []byte) error {
-	if err := checkVersion("AddShareAcksToTxnResponse", v.Version, 0); err != nil {
-		return err
-	}
-	r := newReader(src)
-	v.ThrottleMillis = r.Int32()
-	v.ErrorCode = r.Int16()
-	r.skipTags()
-	return r.complete("AddShareAcksToTxnResponse", v.Version)
-}
-
 // Key returns 95.
 func (*TxnShareAcknowledgeRequest) Key() int16 { return TxnShareAcknowledgeKey }
 
-// MaxVersion returns 1.
+// MaxVersion returns 0.
 func (*TxnShareAcknowledgeRequest) MaxVersion() int16 { return TxnShareAcknowledgeMaxVersion }
 
 // SetVersion sets the version to encode.
@@ -229,12 +112,12 @@ func (v *TxnShareAcknowledgeRequest) ResponseKind() kmsg.Response {
 
 // AppendTo appends the request body in wire form.
 func (v *TxnShareAcknowledgeRequest) AppendTo(dst []byte) []byte {
-	dst = kbin.AppendCompactString(dst, v.TransactionalID)
+	dst = kbin.AppendCompactNullableString(dst, &v.TransactionalID)
 	dst = kbin.AppendCompactString(dst, v.GroupID)
-	dst = kbin.AppendCompactString(dst, v.MemberID)
-	dst = kbin.AppendInt32(dst, v.MemberEpoch)
 	dst = kbin.AppendInt64(dst, v.ProducerID)
 	dst = kbin.AppendInt16(dst, v.ProducerEpoch)
+	dst = kbin.AppendCompactString(dst, v.MemberID)
+	dst = kbin.AppendInt32(dst, v.MemberEpoch)
 	dst = kbin.AppendCompactArrayLen(dst, len(v.Topics))
 	for _, t := range v.Topics {
 		dst = kbin.AppendUuid(dst, t.TopicID)
@@ -245,7 +128,10 @@ func (v *TxnShareAcknowledgeRequest) AppendTo(dst []byte) []byte {
 			for _, b := range p.AcknowledgementBatches {
 				dst = kbin.AppendInt64(dst, b.FirstOffset)
 				dst = kbin.AppendInt64(dst, b.LastOffset)
-				dst = kbin.AppendInt8(dst, int8(b.AcknowledgeType))
+				dst = kbin.AppendCompactArrayLen(dst, len(b.AcknowledgeTypes))
+				for _, t := range b.AcknowledgeTypes {
+					dst = kbin.AppendInt8(dst, int8(t))
+				}
 				dst = appendTags(dst)
 			}
 			dst = appendTags(dst)
@@ -261,12 +147,16 @@ func (v *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		return err
 	}
 	r := newReader(src)
-	v.TransactionalID = r.CompactString()
+	if id := r.CompactNullableString(); id != nil {
+		v.TransactionalID = *id
+	} else {
+		v.TransactionalID = ""
+	}
 	v.GroupID = r.CompactString()
-	v.MemberID = r.CompactString()
-	v.MemberEpoch = r.Int32()
 	v.ProducerID = r.Int64()
 	v.ProducerEpoch = r.Int16()
+	v.MemberID = r.CompactString()
+	v.MemberEpoch = r.Int32()
 	v.Topics = make([]TxnShareAcknowledgeTopic, r.arrayLen())
 	for i := range v.Topics {
 		t := &v.Topics[i]
@@ -275,12 +165,15 @@ func (v *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			p.Partition = r.Int32()
-			p.AcknowledgementBatches = make([]AcknowledgementBatch, r.arrayLen())
+			p.AcknowledgementBatches = make([]TxnShareAcknowledgeBatch, r.arrayLen())
 			for k := range p.AcknowledgementBatches {
 				b := &p.AcknowledgementBatches[k]
 				b.FirstOffset = r.Int64()
 				b.LastOffset = r.Int64()
-				b.AcknowledgeType = AckType(r.Int8())
+				b.AcknowledgeTypes = make([]AckType, r.arrayLen())
+				for x := range b.AcknowledgeTypes {
+					b.AcknowledgeTypes[x] = AckType(r.Int8())
+				}
 				r.skipTags()
 			}
 			r.skipTags()
@@ -294,7 +187,7 @@ func (v *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 // Key returns 95.
 func (*TxnShareAcknowledgeResponse) Key() int16 { return TxnShareAcknowledgeKey }
 
-// MaxVersion returns 1.
+// MaxVersion returns 0.
 func (*TxnShareAcknowledgeResponse) MaxVersion() int16 { return TxnShareAcknowledgeMaxVersion }
 
 // SetVersion sets the version to encode.

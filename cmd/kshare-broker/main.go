@@ -103,7 +103,7 @@ func newFlagSet(stderr io.Writer) (*flag.FlagSet, *flagValues) {
 	v.port = fs.Int("port", 0, "port of the first node; the others take the next ports (0 = any free ports)")
 	v.host = fs.String("host", "127.0.0.1", "address to listen on")
 	v.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
-	v.shareTxn = fs.Bool("share-txn-apis", true, "serve the KIP-1289 APIs (AddShareAcksToTxn, TxnShareAcknowledge) and share.version=3")
+	v.shareTxn = fs.Bool("share-txn-apis", true, "serve KIP-1289's TxnShareAcknowledge (key 95 v0, as apache/kafka PR #22357 has it) and share.version=3")
 	v.txnParts = fs.Int("txn-state-partitions", 6, "partitions of __transaction_state")
 	v.offsetParts = fs.Int("offsets-partitions", 6, "partitions of __consumer_offsets")
 	v.shareParts = fs.Int("share-state-partitions", 6, "partitions of __share_group_state")

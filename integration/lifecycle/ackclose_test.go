@@ -22,25 +22,18 @@ import (
 
 // TestCheckpointCommitRacingCloseReportsItsOutcome closes an acknowledger
 // from another goroutine while its CommitCheckpoint is at each round trip
-// of its transaction (AddShareAcksToTxn, TxnShareAcknowledge, EndTxn),
-// with Close's context already ended or with time to spare, and with the
-// round trip's answer delivered or lost. AddShareAcksToTxn is sent only to
-// brokers that serve TxnShareAcknowledge v0 alone, so its cases run on
-// such a cluster. Whatever CommitCheckpoint and
+// of its transaction (TxnShareAcknowledge, EndTxn), with Close's context
+// already ended or with time to spare, and with the round trip's answer
+// delivered or lost. Whatever CommitCheckpoint and
 // Close return must agree with the broker: the checkpoint's records are
 // acknowledged if and only if CommitCheckpoint returned nil (or an error
 // matching ErrCommitted) or Close returned an error matching ErrCommitted.
 func TestCheckpointCommitRacingCloseReportsItsOutcome(t *testing.T) {
 	ctx := testCtx(t)
 	e := newEnv(t, broker.ShareLockDuration(30*time.Second))
-	v0 := newEnv(t, broker.ShareLockDuration(30*time.Second), broker.APIVersionCap(wire.TxnShareAcknowledgeKey, 0))
-	keys := []int16{wire.AddShareAcksToTxnKey, wire.TxnShareAcknowledgeKey, kmsg.EndTxn.Int16()}
+	keys := []int16{wire.TxnShareAcknowledgeKey, kmsg.EndTxn.Int16()}
 	i := 0
 	for _, key := range keys {
-		e := e
-		if key == wire.AddShareAcksToTxnKey {
-			e = v0
-		}
 		for _, closeNow := range []bool{false, true} {
 			for _, drop := range []bool{false, true} {
 				i++

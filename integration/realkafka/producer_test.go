@@ -208,13 +208,13 @@ func TestShareAcksUnsupportedOnRealKafka(t *testing.T) {
 	if !errors.Is(err, kshare.ErrUnsupported) || errors.Is(err, kshare.ErrFatal) {
 		t.Fatalf("got %v, want ErrUnsupported (and not ErrFatal)", err)
 	}
-	for _, lack := range []string{"API key 96 (AddShareAcksToTxn) not advertised", "API key 95 (TxnShareAcknowledge) not advertised", "share.version"} {
+	for _, lack := range []string{"API key 95 (TxnShareAcknowledge) not advertised", "share.version"} {
 		if !strings.Contains(err.Error(), lack) {
 			t.Errorf("%q does not say %q", err, lack)
 		}
 	}
 	t.Logf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	if n := hook.count(wire.AddShareAcksToTxnKey) + hook.count(wire.TxnShareAcknowledgeKey); n != 0 {
+	if n := hook.count(wire.TxnShareAcknowledgeKey); n != 0 {
 		t.Fatalf("%d KIP-1289 requests were sent", n)
 	}
 	if err := p.CommitTransaction(ctx); err != nil {

@@ -275,7 +275,7 @@ func TestAcknowledgerReportsMissingKIP1289(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close(context.Background())
-	if err := a.InitTransactions(ctx); !errors.Is(err, kshare.ErrUnsupported) || !strings.Contains(err.Error(), "AddShareAcksToTxn") {
+	if err := a.InitTransactions(ctx); !errors.Is(err, kshare.ErrUnsupported) || !strings.Contains(err.Error(), "TxnShareAcknowledge") {
 		t.Fatalf("init transactions: got %v, want ErrUnsupported naming what the broker lacks", err)
 	}
 	err = a.CommitAcknowledgements(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())

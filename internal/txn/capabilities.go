@@ -54,14 +54,13 @@ func (b *BrokerCapabilities) TV2() bool {
 }
 
 // ShareAcksMissing lists what the broker lacks for transactional share
-// acknowledgements (both KIP-1289 keys and finalized share.version >= 3);
-// it is empty when the broker has everything.
+// acknowledgements (TxnShareAcknowledge v0 and finalized share.version >=
+// 3, as KIP-1289's draft has them); it is empty when the broker has
+// everything.
 func (b *BrokerCapabilities) ShareAcksMissing() []string {
 	var missing []string
-	for _, key := range []int16{wire.AddShareAcksToTxnKey, wire.TxnShareAcknowledgeKey} {
-		if b.MaxVersion(key) < 0 {
-			missing = append(missing, fmt.Sprintf("API key %d (%s) not advertised", key, wire.NameForKey(key)))
-		}
+	if key := wire.TxnShareAcknowledgeKey; b.MaxVersion(key) < 0 {
+		missing = append(missing, fmt.Sprintf("API key %d (%s) not advertised", key, wire.NameForKey(key)))
 	}
 	if lvl := b.Feature(wire.ShareVersionFeature); lvl < wire.MinShareVersionForTxnAcks {
 		missing = append(missing, fmt.Sprintf("finalized %s is %d, needs >= %d",
@@ -162,10 +161,8 @@ func (c *Capabilities) addr(ctx context.Context, node int32) string {
 // error when a broker could not be asked.
 func (c *Capabilities) RequireShareAcks(ctx context.Context, op string, nodes []int32) error {
 	var problems []string
-	for _, key := range []int16{wire.AddShareAcksToTxnKey, wire.TxnShareAcknowledgeKey} {
-		if !clientAllows(c.cl, key, 0) {
-			problems = append(problems, fmt.Sprintf("the client's kgo.MaxVersions pin excludes API key %d (%s)", key, wire.NameForKey(key)))
-		}
+	if key := wire.TxnShareAcknowledgeKey; !clientAllows(c.cl, key, 0) {
+		problems = append(problems, fmt.Sprintf("the client's kgo.MaxVersions pin excludes API key %d (%s)", key, wire.NameForKey(key)))
 	}
 	for _, n := range nodes {
 		caps, err := c.Of(ctx, n)

@@ -43,13 +43,14 @@
 //     coordinator is final.
 //   - Share acknowledgements (KIP-1289) staged per transaction and sent at
 //     commit, while the records are flushed and before EndTxn:
-//     TxnShareAcknowledge once per partition leader, at v1 (the leader
-//     adds the share state partition to the transaction, KIP-890 style)
-//     in a transaction version 2 transaction with leaders that serve it,
-//     at v0 after AddShareAcksToTxn once per group to the transaction
-//     coordinator otherwise. Without the KIP-1289 APIs and share.version >= 3 on every
-//     broker involved, StageShareAcks returns kshare.ErrUnsupported and
-//     sends nothing. The tracker of the acknowledgements (the share
+//     TxnShareAcknowledge v0 once per partition leader, in the layout of
+//     KIP-1289's draft (apache/kafka PR #22357); the leader adds the share
+//     state partition to the transaction, KIP-890 style. RELEASE is never
+//     sent in the transaction: the tracker releases those records with a
+//     plain ShareAcknowledge once the outcome is known. Without
+//     TxnShareAcknowledge v0 and share.version >= 3 on every broker
+//     involved, StageShareAcks returns kshare.ErrUnsupported and sends
+//     nothing. The tracker of the acknowledgements (the share
 //     consumer) hears Stage before they join and Resolve exactly once when
 //     the outcome is known.
 //

@@ -22,8 +22,8 @@ func (m *Manager) needsEndTxnLocked() bool {
 // Commit commits the current transaction: flush (the produce path's
 // "deliver everything and report any failure") and the sending of the
 // staged share acknowledgements (TxnShareAcknowledge to each partition
-// leader, after AddShareAcksToTxn to the transaction coordinator where a
-// leader needs it) run at the same time, then, once both succeeded, EndTxn
+// leader, which adds the share state partitions to the transaction) run
+// at the same time, then, once both succeeded, EndTxn
 // with the stale-answer defense. The two are independent until EndTxn decides the transaction
 // (acknowledgements staged before their transaction's records are written
 // only take effect if it commits), so the commit costs one round trip less

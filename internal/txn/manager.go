@@ -96,8 +96,7 @@ type Stats struct {
 // Manager is a transactional producer's transaction manager: it owns the
 // producer id and epoch, the transaction state machine, coordinator
 // discovery and the requests to the transaction coordinator (InitProducerId,
-// AddPartitionsToTxn and AddOffsetsToTxn on TV1 brokers, AddShareAcksToTxn,
-// EndTxn), and it stages share acknowledgements until commit. The produce
+// AddPartitionsToTxn and AddOffsetsToTxn on TV1 brokers, EndTxn), and it stages share acknowledgements until commit. The produce
 // path (package producer) asks it for the producer id and epoch and reports
 // failures to it.
 //

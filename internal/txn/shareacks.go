@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,15 +35,17 @@ type memberKey struct {
 
 // StageShareAcks adds share acknowledgements to the current transaction.
 // Nothing is sent now: at commit, before EndTxn, the Manager sends
-// TxnShareAcknowledge once per partition leader, preceded by
-// AddShareAcksToTxn to the transaction coordinator (once per group) unless
-// every leader adds the share state partitions itself (TxnShareAcknowledge
-// v1 in a transaction version 2 transaction).
+// TxnShareAcknowledge v0 once per partition leader, which adds the share
+// state partitions to the transaction itself. RELEASE is not sent in the
+// transaction (KIP-1289 refuses it): the tracker gives those records back
+// with a plain ShareAcknowledge when it learns the outcome, whichever it
+// is.
 //
-// It first checks that the transaction coordinator and every leader of an
-// acknowledged partition advertise the KIP-1289 APIs and finalized
-// share.version >= 3; if one does not, it returns an ErrUnsupported error
-// (naming the broker and what it lacks) and changes nothing. Any other
+// It first checks that the transaction runs version 2 and that the
+// transaction coordinator and every leader of an acknowledged partition
+// advertise TxnShareAcknowledge v0 and finalized share.version >= 3; if
+// not, it returns an ErrUnsupported error (naming the broker and what it
+// lacks) and changes nothing. Any other
 // failure dooms the transaction, which must not commit without these
 // acknowledgements: invalid acknowledgements or metadata, a nil ctx
 // (ErrUsage), the
@@ -69,12 +72,18 @@ func (m *Manager) StageShareAcks(ctx context.Context, acks *kshare.ShareAcks, me
 		return err
 	}
 	defer leave()
-	deadline, _, err := m.openTxn(op)
+	deadline, tv2, err := m.openTxn(op)
 	if err != nil {
 		return err
 	}
 	if set.Len() == 0 {
 		return nil
+	}
+	if !tv2 {
+		// KIP-1289's leader adds the share state partition to the
+		// transaction as a transaction version 2 leader does; after an
+		// EndTxn that keeps the epoch the coordinator refuses that add.
+		return errs.Unsupported(op, errors.New("transactional share acknowledgements (KIP-1289) need a transaction version 2 transaction (EndTxn v5, Produce v12); this producer runs version 1"))
 	}
 	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
@@ -183,7 +192,8 @@ func (m *Manager) doomLocked(op string, err error) {
 // member meta holds, cannot be staged in a transaction: nil acks, metadata
 // without a group or member id, acknowledgements merged from two
 // consumers, or an acknowledgement type other than ACCEPT, RELEASE and
-// REJECT. StageShareAcks checks this first; the acknowledger checks it
+// REJECT (the types an application gives; RELEASE is sent outside the
+// transaction). StageShareAcks checks this first; the acknowledger checks it
 // when a checkpoint is staged, long before its transaction. The error is
 // unclassified (callers wrap it with errs.Usage).
 func ValidateShareAcks(acks *acktrack.Set, meta kshare.ShareGroupMetadata) error {
@@ -198,7 +208,7 @@ func ValidateShareAcks(acks *acktrack.Set, meta kshare.ShareGroupMetadata) error
 	}
 	for _, tp := range acks.Partitions() {
 		for _, r := range acks.Records(tp) {
-			if !wire.AckType(r.Type).Transactional() {
+			if t := kshare.AckType(r.Type); t != kshare.AckAccept && t != kshare.AckRelease && t != kshare.AckReject {
 				return fmt.Errorf("offset %d of %s/%d: %s cannot be staged in a transaction", r.Offset, tp.Topic, tp.Partition, kshare.AckType(r.Type))
 			}
 		}
@@ -228,20 +238,17 @@ func dedupNodes(nodes []int32) []int32 {
 }
 
 // sendStagedShareAcks sends the staged acknowledgements at commit:
-// TxnShareAcknowledge once per member and partition leader. A leader that
-// serves TxnShareAcknowledge v1, in a transaction version 2 transaction,
-// adds the group's share state partitions to the transaction itself; for
-// any other leader AddShareAcksToTxn goes to the transaction coordinator
-// first, once per group (shareStateAdder). The error is unclassified.
+// TxnShareAcknowledge v0 once per member and partition leader; each leader
+// adds the group's share state partitions to the transaction itself.
+// RELEASE acknowledgements are left out (the tracker releases those records
+// outside the transaction when it learns the outcome), and so is a
+// partition or member left with nothing else. The error is unclassified.
 func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	m.mu.Lock()
 	staged := append([]stagedAcks(nil), m.txn.staged...)
-	tv2 := m.tv2
 	m.unlock()
 	pid, epoch := m.ProducerID()
 
-	adder := &shareStateAdder{m: m, pid: pid, epoch: epoch, staged: staged,
-		v1: tv2 && clientAllows(m.cl, wire.TxnShareAcknowledgeKey, 1)}
 	merged := make(map[memberKey]*acktrack.Set)
 	var members []memberKey
 	for _, s := range staged {
@@ -256,101 +263,34 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 		merged[k] = merged[k].Merge(s.acks)
 	}
 	for _, k := range members {
-		if err := m.stageAtLeaders(ctx, k, merged[k], pid, epoch, adder); err != nil {
+		if err := m.stageAtLeaders(ctx, k, merged[k], pid, epoch); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// shareStateAdder puts a group's share state partitions in the transaction
-// with AddShareAcksToTxn, at most once per commit, for the leaders that
-// cannot do it themselves (TxnShareAcknowledge v0).
-type shareStateAdder struct {
-	m      *Manager
-	pid    int64
-	epoch  int16
-	staged []stagedAcks
-	// v1: the transaction runs version 2 and the client may send
-	// TxnShareAcknowledge v1, so leaders that serve it get it. Cleared
-	// when kgo sent a leader an older version than its ApiVersions answer
-	// promised (the broker was downgraded since): the rest of the commit
-	// uses v0, after AddShareAcksToTxn.
-	v1    bool
-	added map[string]bool // groups whose AddShareAcksToTxn succeeded
+// MemberEpochSource is implemented by the tracker of a share consumer
+// (acktrack.Tracker) that knows its member's current epoch.
+// TxnShareAcknowledge needs the current epoch (an older one is
+// STALE_MEMBER_EPOCH), and a heartbeat may move it between StageShareAcks
+// and the commit: the records are still the member's (the leader checks
+// that), so the commit sends the epoch the member has then.
+type MemberEpochSource interface {
+	// CurrentMemberEpoch returns the member's current epoch in group, and
+	// false when the tracker is not that member now.
+	CurrentMemberEpoch(group, member string) (int32, bool)
 }
 
-// version returns the TxnShareAcknowledge version for leader: 1 when the
-// transaction runs version 2, the leader serves v1 and the client may send
-// it; 0 otherwise, or when the leader could not be asked (v0 works
-// everywhere, at the price of AddShareAcksToTxn).
-func (a *shareStateAdder) version(ctx context.Context, leader int32) int16 {
-	if !a.v1 {
-		return 0
-	}
-	caps, err := a.m.caps.Of(ctx, leader)
-	if err != nil || caps.MaxVersion(wire.TxnShareAcknowledgeKey) < 1 {
-		return 0
-	}
-	return 1
-}
-
-// ensureAdded sends AddShareAcksToTxn for group, naming every partition the
-// group's staged acknowledgements cover, unless it was sent.
-func (a *shareStateAdder) ensureAdded(ctx context.Context, group string) error {
-	if a.added[group] {
-		return nil
-	}
-	parts := make(map[string]map[int32]bool)
-	for _, s := range a.staged {
-		if s.meta.GroupID != group {
-			continue
-		}
-		for _, tp := range s.acks.Partitions() {
-			if parts[tp.Topic] == nil {
-				parts[tp.Topic] = make(map[int32]bool)
-			}
-			parts[tp.Topic][tp.Partition] = true
+// memberEpoch returns the epoch to send for k's acknowledgements: the
+// tracker's current one when it knows it, else the staged metadata's.
+func memberEpoch(k memberKey, acks *acktrack.Set) int32 {
+	if src, ok := acks.Tracker().(MemberEpochSource); ok {
+		if e, ok := src.CurrentMemberEpoch(k.group, k.member); ok {
+			return e
 		}
 	}
-	if err := a.m.addShareAcksToTxn(ctx, group, parts, a.pid, a.epoch); err != nil {
-		return err
-	}
-	if a.added == nil {
-		a.added = make(map[string]bool)
-	}
-	a.added[group] = true
-	return nil
-}
-
-func (m *Manager) addShareAcksToTxn(ctx context.Context, group string, parts map[string]map[int32]bool, pid int64, epoch int16) error {
-	topics := make([]wire.AddShareAcksToTxnTopic, 0, len(parts))
-	for t, ps := range parts {
-		at := wire.AddShareAcksToTxnTopic{Name: t}
-		for p := range ps {
-			at.Partitions = append(at.Partitions, p)
-		}
-		sort.Slice(at.Partitions, func(i, j int) bool { return at.Partitions[i] < at.Partitions[j] })
-		topics = append(topics, at)
-	}
-	sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
-	_, err := m.coords.callCoordinator(ctx, coordinatorCall{
-		op:   "AddShareAcksToTxn",
-		typ:  TransactionCoordinator,
-		key:  m.txnID,
-		sent: m.MarkSent,
-		build: func() kmsg.Request {
-			return &wire.AddShareAcksToTxnRequest{
-				TransactionalID: m.txnID,
-				ProducerID:      pid,
-				ProducerEpoch:   epoch,
-				GroupID:         group,
-				Topics:          topics,
-			}
-		},
-		code: func(r kmsg.Response) (int16, *string) { return r.(*wire.AddShareAcksToTxnResponse).ErrorCode, nil },
-	})
-	return err
+	return k.epoch
 }
 
 // leaderRetryCodes are per-partition answers after which the partition is
@@ -373,15 +313,22 @@ var leaderRetryCodes = map[int16]bool{
 // acknowledgements, one request per partition leader in parallel, and
 // retries partitions whose leader moved until every partition is staged or
 // one fails for good (INVALID_RECORD_STATE, a member error, a confirmed
-// fencing answer). Before a leader gets v0, adder sends AddShareAcksToTxn.
-func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrack.Set, pid int64, epoch int16, adder *shareStateAdder) error {
-	pending := make(map[acktrack.TopicPartition]bool)
+// fencing answer). STALE_MEMBER_EPOCH is retried when the member's epoch
+// has moved on since the request was built (nothing of a refused partition
+// was staged).
+func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrack.Set, pid int64, epoch int16) error {
+	pending := make(map[acktrack.TopicPartition][]wire.TxnShareAcknowledgeBatch)
 	for _, tp := range acks.Partitions() {
-		pending[tp] = true
+		if batches := coalesce(acks.Records(tp)); len(batches) > 0 {
+			pending[tp] = batches
+		}
 	}
 	fresh := false
 	var chk AnswerCheck
 	_, err := retry.Do(ctx, func(ctx context.Context) (struct{}, error) {
+		if len(pending) == 0 {
+			return struct{}{}, nil
+		}
 		topics := make([]string, 0, len(pending))
 		seen := make(map[string]bool)
 		for tp := range pending {
@@ -395,8 +342,9 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 			fresh = true
 			return struct{}{}, err
 		}
+		sendEpoch := memberEpoch(k, acks)
 		byLeader := make(map[int32]*wire.TxnShareAcknowledgeRequest)
-		for tp := range pending {
+		for tp, batches := range pending {
 			tm := meta[tp.Topic]
 			leader, ok := tm.Leaders[tp.Partition]
 			if !ok {
@@ -409,23 +357,15 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 			req := byLeader[leader]
 			if req == nil {
 				req = &wire.TxnShareAcknowledgeRequest{
-					TransactionalID: m.txnID, GroupID: k.group, MemberID: k.member, MemberEpoch: k.epoch,
+					TransactionalID: m.txnID, GroupID: k.group,
 					ProducerID: pid, ProducerEpoch: epoch,
+					MemberID: k.member, MemberEpoch: sendEpoch,
 				}
 				byLeader[leader] = req
 			}
-			addToRequest(req, id, tp.Partition, coalesce(acks.Records(tp)))
+			addToRequest(req, id, tp.Partition, batches)
 		}
-		versions := make(map[int32]int16, len(byLeader))
-		for leader := range byLeader {
-			versions[leader] = adder.version(ctx, leader)
-			if versions[leader] == 0 {
-				if err := adder.ensureAdded(ctx, k.group); err != nil {
-					return struct{}{}, permanent(err)
-				}
-			}
-		}
-		results := m.sendToLeaders(ctx, byLeader, versions)
+		results := m.sendToLeaders(ctx, byLeader)
 		fresh = false
 		var retryErr error
 		// One defense decision per attempt, however many partitions got
@@ -444,15 +384,6 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 					return struct{}{}, permanent(res.err)
 				}
 				fresh, retryErr = true, res.err
-				continue
-			}
-			if res.resp.Version < versions[res.node] && !adder.added[k.group] {
-				// kgo negotiated an older version than the leader's
-				// ApiVersions answer promised: v0 does not add the
-				// share state partition, so nothing of it is staged
-				// (the leader found the partition outside the
-				// transaction). Send AddShareAcksToTxn and v0.
-				adder.v1, retryErr = false, fmt.Errorf("TxnShareAcknowledge at node %d was sent as v%d, not v%d", res.node, res.resp.Version, versions[res.node])
 				continue
 			}
 			for _, t := range res.req.Topics {
@@ -478,6 +409,10 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 						// coordinator, or the previous transaction is
 						// still completing: retry where it is.
 						retryErr = perr
+					case code == kerr.StaleMemberEpoch.Code && memberEpoch(k, acks) != res.req.MemberEpoch:
+						// A heartbeat moved the member on since the
+						// request was built: send the epoch it has now.
+						retryErr = perr
 					case staleSuspect(code) && confirm(code):
 						retryErr = perr
 					default:
@@ -497,7 +432,7 @@ func (m *Manager) stageAtLeaders(ctx context.Context, k memberKey, acks *acktrac
 	return err
 }
 
-func addToRequest(req *wire.TxnShareAcknowledgeRequest, id [16]byte, partition int32, batches []wire.AcknowledgementBatch) {
+func addToRequest(req *wire.TxnShareAcknowledgeRequest, id [16]byte, partition int32, batches []wire.TxnShareAcknowledgeBatch) {
 	var t *wire.TxnShareAcknowledgeTopic
 	for i := range req.Topics {
 		if req.Topics[i].TopicID == id {
@@ -556,9 +491,9 @@ func (r *leaderResult) codeOf(id [16]byte, partition int32) (code int16, msg *st
 	return 0, nil, true
 }
 
-// sendToLeaders sends one request per leader concurrently, each at the
-// version versions gives for its node or older, and waits for all answers.
-func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnShareAcknowledgeRequest, versions map[int32]int16) []leaderResult {
+// sendToLeaders sends one request per leader concurrently and waits for
+// all answers.
+func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnShareAcknowledgeRequest) []leaderResult {
 	results := make([]leaderResult, 0, len(reqs))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -568,7 +503,7 @@ func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnSha
 		go func() {
 			defer wg.Done()
 			res := leaderResult{node: node, req: req}
-			kresp, err := m.cl.Broker(int(node)).Request(ctx, versionCapped{req, versions[node]})
+			kresp, err := m.cl.Broker(int(node)).Request(ctx, req)
 			if err != nil {
 				res.err = fmt.Errorf("TxnShareAcknowledge at node %d: %w", node, err)
 			} else {
@@ -584,9 +519,8 @@ func (m *Manager) sendToLeaders(ctx context.Context, reqs map[int32]*wire.TxnSha
 }
 
 // versionCapped caps the version kgo negotiates for one request (kgo sends
-// the newest version both it and the broker serve): the commit decides
-// which TxnShareAcknowledge version each leader gets, because v0 needs
-// AddShareAcksToTxn first.
+// the newest version both it and the broker serve): EndTxn of a
+// transaction version 1 producer must stay below v5.
 type versionCapped struct {
 	kmsg.Request
 	max int16
@@ -595,46 +529,129 @@ type versionCapped struct {
 // MaxVersion returns the cap.
 func (r versionCapped) MaxVersion() int16 { return r.max }
 
-// coalesce turns one partition's acknowledgements into wire batches:
-// offsets sorted, the last acknowledgement given for an offset winning,
-// runs of consecutive offsets of one type merged.
-func coalesce(recs []acktrack.Record) []wire.AcknowledgementBatch {
+// minSameTypeRun is the run of consecutive offsets of one type, inside a
+// range of mixed types, that coalesce sends as a batch of its own with a
+// single type, as upstream's share consumer does (Acknowledgements'
+// MAX_RECORDS_WITH_SAME_ACKNOWLEDGE_TYPE); shorter runs stay in the
+// per-offset array of their range.
+const minSameTypeRun = 10
+
+// coalesce turns one partition's acknowledgements into TxnShareAcknowledge
+// batches the way upstream's share consumer builds its acknowledgement
+// batches: offsets sorted, the last acknowledgement given for an offset
+// winning, RELEASE left out (it is sent outside the transaction), each
+// range of consecutive offsets one batch; a range of one type carries that
+// type once, a range of mixed types one type per offset, except that a run
+// of at least minSameTypeRun offsets of one type becomes a single-type
+// batch of its own.
+func coalesce(recs []acktrack.Record) []wire.TxnShareAcknowledgeBatch {
 	if len(recs) == 0 {
 		return nil
 	}
+	type offType struct {
+		off int64
+		typ wire.AckType
+	}
+	var seq []offType
 	if ascending(recs) {
 		// The usual case (the records of polls, in offset order): no
 		// offset repeats, so no map and no sort.
-		var out []wire.AcknowledgementBatch
+		seq = make([]offType, 0, len(recs))
 		for _, r := range recs {
-			o, t := r.Offset, wire.AckType(r.Type)
-			if n := len(out); n > 0 && out[n-1].LastOffset == o-1 && out[n-1].AcknowledgeType == t {
-				out[n-1].LastOffset = o
-				continue
-			}
-			out = append(out, wire.AcknowledgementBatch{FirstOffset: o, LastOffset: o, AcknowledgeType: t})
+			seq = append(seq, offType{r.Offset, wire.AckType(r.Type)})
 		}
-		return out
+	} else {
+		last := make(map[int64]wire.AckType, len(recs))
+		for _, r := range recs {
+			last[r.Offset] = wire.AckType(r.Type)
+		}
+		seq = make([]offType, 0, len(last))
+		for o, t := range last {
+			seq = append(seq, offType{o, t})
+		}
+		slices.SortFunc(seq, func(a, b offType) int { return cmp.Compare(a.off, b.off) })
 	}
-	last := make(map[int64]wire.AckType, len(recs))
-	for _, r := range recs {
-		last[r.Offset] = wire.AckType(r.Type)
+	var out []wire.TxnShareAcknowledgeBatch
+	var types []wire.AckType // the current range's, one per offset
+	first := int64(0)
+	flush := func() {
+		out = appendRange(out, first, types)
+		types = nil
 	}
-	offsets := make([]int64, 0, len(last))
-	for o := range last {
-		offsets = append(offsets, o)
-	}
-	slices.Sort(offsets)
-	var out []wire.AcknowledgementBatch
-	for _, o := range offsets {
-		t := last[o]
-		if n := len(out); n > 0 && out[n-1].LastOffset == o-1 && out[n-1].AcknowledgeType == t {
-			out[n-1].LastOffset = o
+	for _, x := range seq {
+		if x.typ == wire.AckRelease {
+			if len(types) > 0 {
+				flush()
+			}
 			continue
 		}
-		out = append(out, wire.AcknowledgementBatch{FirstOffset: o, LastOffset: o, AcknowledgeType: t})
+		if len(types) > 0 && first+int64(len(types)) != x.off {
+			flush()
+		}
+		if len(types) == 0 {
+			first = x.off
+		}
+		types = append(types, x.typ)
+	}
+	if len(types) > 0 {
+		flush()
 	}
 	return out
+}
+
+// appendRange appends the batches of one range of consecutive offsets
+// starting at first, whose types are types (one per offset).
+func appendRange(out []wire.TxnShareAcknowledgeBatch, first int64, types []wire.AckType) []wire.TxnShareAcknowledgeBatch {
+	uniform := func(ts []wire.AckType) bool {
+		for _, t := range ts[1:] {
+			if t != ts[0] {
+				return false
+			}
+		}
+		return true
+	}
+	if uniform(types) {
+		return append(out, wire.TxnShareAcknowledgeBatch{FirstOffset: first, LastOffset: first + int64(len(types)) - 1, AcknowledgeTypes: []wire.AckType{types[0]}})
+	}
+	// Mixed: split off long runs of one type; what lies between them
+	// goes per offset.
+	start := 0 // first index not yet emitted
+	for i := 0; i < len(types); {
+		j := i + 1
+		for j < len(types) && types[j] == types[i] {
+			j++
+		}
+		if j-i >= minSameTypeRun {
+			if start < i {
+				out = append(out, perOffset(first, start, types[start:i]))
+			}
+			out = append(out, wire.TxnShareAcknowledgeBatch{FirstOffset: first + int64(i), LastOffset: first + int64(j) - 1, AcknowledgeTypes: []wire.AckType{types[i]}})
+			start = j
+		}
+		i = j
+	}
+	if start < len(types) {
+		out = append(out, perOffset(first, start, types[start:]))
+	}
+	return out
+}
+
+// perOffset is a batch of offsets first+start... with one type each, or a
+// single type when they all have the same one.
+func perOffset(first int64, start int, types []wire.AckType) wire.TxnShareAcknowledgeBatch {
+	b := wire.TxnShareAcknowledgeBatch{FirstOffset: first + int64(start), LastOffset: first + int64(start+len(types)) - 1}
+	same := true
+	for _, t := range types[1:] {
+		if t != types[0] {
+			same = false
+		}
+	}
+	if same {
+		b.AcknowledgeTypes = []wire.AckType{types[0]}
+	} else {
+		b.AcknowledgeTypes = append([]wire.AckType(nil), types...)
+	}
+	return b
 }
 
 // ascending reports whether recs' offsets strictly increase.
