@@ -178,8 +178,13 @@ func firstBatchTransactional(records []byte) bool {
 	return int16(binary.BigEndian.Uint16(records[offAttributes:]))&attrTransactional != 0
 }
 
-// kv is one record the broker writes itself (coordinator state, markers).
-type kv struct{ key, value []byte }
+// kv is one record the broker writes itself (coordinator state, markers,
+// dead-letter records); headers are only written by buildBatch, each one
+// a key and a value.
+type kv struct {
+	key, value []byte
+	headers    []kv
+}
 
 // buildBatch encodes uncompressed records as a v2 batch at base offset 0.
 func buildBatch(recs []kv, pid int64, epoch int16, firstSeq int32, txn, control bool, now time.Time) []byte {
@@ -210,7 +215,11 @@ func buildBatch(recs []kv, pid int64, epoch int16, firstSeq int32, txn, control 
 		rec = kbin.AppendVarint(rec, int32(i)) // offset delta
 		rec = appendVarintBytes(rec, r.key)
 		rec = appendVarintBytes(rec, r.value)
-		rec = kbin.AppendVarint(rec, 0) // headers
+		rec = kbin.AppendVarint(rec, int32(len(r.headers)))
+		for _, h := range r.headers {
+			rec = appendVarintBytes(rec, h.key)
+			rec = appendVarintBytes(rec, h.value)
+		}
 		out = kbin.AppendVarint(out, int32(len(rec)))
 		out = append(out, rec...)
 	}
@@ -226,6 +235,9 @@ func recordsSize(recs []kv) int64 {
 	n := int64(batchHeaderLen)
 	for _, r := range recs {
 		n += int64(len(r.key)+len(r.value)) + 31
+		for _, h := range r.headers {
+			n += int64(len(h.key)+len(h.value)) + 10
+		}
 	}
 	return n
 }
@@ -280,7 +292,7 @@ func buildMarkerBatch(pid int64, epoch int16, commit bool, coordinatorEpoch int3
 	}
 	key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 0), uint16(typ))
 	value := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(nil, 0), uint32(coordinatorEpoch))
-	return buildBatch([]kv{{key, value}}, pid, epoch, -1, true, true, now)
+	return buildBatch([]kv{{key: key, value: value}}, pid, epoch, -1, true, true, now)
 }
 
 // attrLogAppendTime marks a batch whose records all carry the batch's max

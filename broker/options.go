@@ -79,6 +79,11 @@ type config struct {
 	// as they were appended: a reader that follows the log (a tool tailing
 	// __share_group_state) and lags by less loses none of its history.
 	compactKeep time.Duration
+	// dlqTopicPrefix and dlqAutoCreate are Kafka's broker configs
+	// errors.deadletterqueue.topic.name.prefix and
+	// errors.deadletterqueue.auto.create.topics.enable (share_dlq.go).
+	dlqTopicPrefix string
+	dlqAutoCreate  bool
 }
 
 func defaultConfig() config {
@@ -111,6 +116,7 @@ func defaultConfig() config {
 		connectionsMaxIdle:        10 * time.Minute,
 		compactMinBytes:           1 << 20,
 		compactKeep:               time.Minute,
+		dlqTopicPrefix:            "dlq.",
 	}
 }
 
@@ -213,6 +219,25 @@ func ConsumerGroupHeartbeatInterval(d time.Duration) Opt {
 // ShareDeliveryLimit sets the default delivery count limit of share groups
 // (default 5); a group overrides it with share.delivery.count.limit.
 func ShareDeliveryLimit(n int32) Opt { return optFunc(func(c *config) { c.shareDeliveryLimit = n }) }
+
+// DLQTopicNamePrefix sets the prefix a share group's dead-letter topic
+// (errors.deadletterqueue.topic.name) must have for dead-letter records to
+// be written to it, as Kafka's broker config
+// errors.deadletterqueue.topic.name.prefix does (default "dlq."; "" allows
+// any name not starting with "__"). A group whose topic lacks it still has
+// its records archived, without dead-letter records.
+func DLQTopicNamePrefix(prefix string) Opt {
+	return optFunc(func(c *config) { c.dlqTopicPrefix = prefix })
+}
+
+// DLQAutoCreateTopics makes the broker create a share group's missing
+// dead-letter topic on the first dead-letter record, with the default
+// partition count and errors.deadletterqueue.group.enable=true, as Kafka's
+// broker config errors.deadletterqueue.auto.create.topics.enable does
+// (default false: a missing topic gets no dead-letter records).
+func DLQAutoCreateTopics(on bool) Opt {
+	return optFunc(func(c *config) { c.dlqAutoCreate = on })
+}
 
 // GroupConfigDefault sets the value every group has for the group config
 // name (for example "share.auto.offset.reset", "earliest") unless the

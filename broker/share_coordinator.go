@@ -181,6 +181,7 @@ func (sc *shareCoordinator) livePartition(key shareKey, p *partition, node int32
 // have become available).
 func (sc *shareCoordinator) flush(sp *sharePartition, now time.Time) {
 	sc.c.changed(sp.p)
+	sc.deadLetters(sp, now)
 	if v := sp.takeUpdate(); v != nil {
 		if err := sc.writeState(sp.key, v, -1, -1, now); err != nil {
 			// The share coordinator always sits at the state partition's

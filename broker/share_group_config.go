@@ -20,9 +20,10 @@ package broker
 // defaults are the cluster's (ConsumerGroupSessionTimeout,
 // ConsumerGroupHeartbeatInterval). The streams.* configs (streams groups
 // are not served), consumer.assignment.interval.ms and
-// share.assignment.interval.ms (assignment is synchronous here) and the
-// errors.deadletterqueue.* configs (no dead-letter queue) are validated
-// and listed but change nothing.
+// share.assignment.interval.ms (assignment is synchronous here) are
+// validated and listed but change nothing. The errors.deadletterqueue.*
+// configs drive the dead-letter queue (share_dlq.go); as on Kafka, setting
+// the topic name only refuses a name starting with "__".
 
 import (
 	"fmt"
@@ -78,11 +79,11 @@ var groupConfigDefs = []groupConfigDef{
 	},
 	{
 		name: "errors.deadletterqueue.copy.record.enable", typ: kmsg.ConfigTypeBoolean, def: constDefault("false"),
-		doc: "Whether records sent to the group's dead-letter queue carry a copy of the original record. Not used: there is no dead-letter queue.",
+		doc: "When writing onto the dead-letter queue topic, whether the record carries the original record's key and value, or only the context headers.",
 	},
 	{
 		name: "errors.deadletterqueue.topic.name", typ: kmsg.ConfigTypeString, def: constDefault(""),
-		doc: "The group's dead-letter queue topic; empty for none. Not used: there is no dead-letter queue.",
+		doc: "The share group's dead-letter queue topic; empty (the default) for none. Records rejected or archived at the delivery limit are written to it.",
 		check: func(v string) error {
 			if strings.HasPrefix(v, "__") {
 				return fmt.Errorf("a dead-letter queue topic may not start with __")

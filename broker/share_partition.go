@@ -130,6 +130,10 @@ type sharePartition struct {
 	// pendingBy bounds, per producer, the offsets it has TX_PENDING here,
 	// so that its marker looks there instead of at the whole window.
 	pendingBy map[int64]offsetSpan
+	// dead lists the records archived by REJECT or at the delivery limit
+	// since the last flush, for the group's dead-letter queue
+	// (share_dlq.go).
+	dead []deadRecord
 }
 
 // offsetSpan is an inclusive range of offsets.
@@ -204,6 +208,7 @@ func (sp *sharePartition) grow(r shareRecord) {
 func (sp *sharePartition) release(off int64, deliveries int16, limit int32) {
 	if int32(deliveries) >= limit {
 		sp.set(off, shareRecord{state: shareArchived, deliveries: deliveries})
+		sp.deadLetter(off, deliveries, false)
 		return
 	}
 	sp.set(off, shareRecord{state: shareAvailable, deliveries: deliveries})
@@ -533,6 +538,9 @@ func (sp *sharePartition) acknowledge(member string, acks []shareAck, lock time.
 				sp.release(off, r.deliveries, limit)
 			case wire.AckReject, wire.AckGap:
 				sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
+				if a.typeAt(off) == wire.AckReject {
+					sp.deadLetter(off, r.deliveries, true)
+				}
 			case wire.AckRenew:
 				r.deadline = now.Add(lock)
 				sp.set(off, r)
@@ -631,6 +639,9 @@ func (sp *sharePartition) resolve(pid int64, commit bool, limit int32) int {
 			sp.set(off, shareRecord{state: shareAcknowledged, deliveries: r.deliveries})
 		case commit && (r.ack == wire.AckReject || r.ack == wire.AckGap):
 			sp.set(off, shareRecord{state: shareArchived, deliveries: r.deliveries})
+			if r.ack == wire.AckReject {
+				sp.deadLetter(off, r.deliveries, true)
+			}
 		default:
 			sp.release(off, r.deliveries, limit)
 		}
