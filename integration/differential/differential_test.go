@@ -56,6 +56,7 @@ var scenarios = []scenario{
 	{"share_acknowledgements", scenarioShareAcknowledgements},
 	{"share_offsets_admin", scenarioShareOffsetsAdmin},
 	{"share_sessions", scenarioShareSessions},
+	{"share_dlq", scenarioShareDLQ},
 	{"produce_message_size", scenarioProduceMessageSize},
 	{"consumer_heartbeat", scenarioConsumerHeartbeat},
 	{"consumer_offsets", scenarioConsumerOffsets},
