@@ -10,10 +10,9 @@ package broker
 //     node asked (an old node, OldNodes, serves WriteTxnMarkers up to v1).
 //   - Finalized features: transaction.version=2, and share.version 3 with
 //     the KIP-1289 API on, 1 without it (a KIP-932 broker). In the draft's
-//     ShareVersion level 3 (KIP-1289) also enables level 2's share-group
-//     DLQ (KIP-1191), which this broker does not implement: it finalizes 3
-//     because a client can only learn of KIP-1289 from that level, and
-//     docs/differences.md says what of level 2 it lacks.
+//     ShareVersion level 3 (KIP-1289) includes level 2, Kafka 4.4's
+//     share-group DLQ (KIP-1191), which this broker serves (share_dlq.go)
+//     at level 3 and, like Kafka below level 2, not at level 1.
 //
 // Skipped:
 //   - v5's cluster and node id checks (KIP-1242).

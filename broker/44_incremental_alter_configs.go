@@ -10,7 +10,10 @@ package broker
 //     changes applied or none (INVALID_CONFIG with the reason, also for
 //     APPEND and SUBTRACT, which Kafka refuses for every group config, the
 //     list one included). The empty group name is Kafka's "default group
-//     resource", refused with INVALID_REQUEST.
+//     resource", refused with INVALID_REQUEST. As on Kafka 4.4, a
+//     errors.deadletterqueue.topic.name starting with "__" is INVALID_CONFIG;
+//     the prefix, the topic's existence and its opt-in are checked only
+//     when a dead-letter record is written (share_dlq.go).
 //   - TOPIC resources (type 2): SET, DELETE, and APPEND/SUBTRACT on
 //     comma-separated values, kept in the topic's configs without validation
 //     (as CreateTopics keeps them); UNKNOWN_TOPIC_OR_PARTITION for an

@@ -40,6 +40,9 @@ package broker
 //     ignored, past the last one handed out INVALID_REQUEST, RENEW refused
 //     when share.renew.acknowledge.enable is false); a request with
 //     IsRenewAck fetches nothing (KIP-1222).
+//   - Piggybacked REJECTs, and RELEASEs at the delivery limit, write the
+//     group's dead-letter records (KIP-1191, share_dlq.go), as
+//     ShareAcknowledge's do.
 //   - Then AVAILABLE records of the session's partitions are acquired for
 //     the member, up to MaxRecords (the broker's default when 0) and
 //     MaxBytes (capped, like Fetch's, by FetchMaxBytes), as the group's

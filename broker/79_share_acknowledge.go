@@ -30,6 +30,9 @@ package broker
 //     with the current leader and its endpoint.
 //   - A member that left the group or was fenced keeps its session, and
 //     acknowledges in it, as on Kafka (ShareGroupHeartbeat).
+//   - A REJECT, and a RELEASE at the delivery limit, of a group with
+//     errors.deadletterqueue.topic.name set writes a dead-letter record
+//     (KIP-1191, share_dlq.go) before the answer; GAP writes none.
 //
 // Skipped:
 //   - Kafka's UNKNOWN_TOPIC_OR_PARTITION from a node that lost the

@@ -37,7 +37,9 @@ package broker
 //     marker on that partition resolves them. A commit marker makes ACCEPT
 //     acknowledged and REJECT and gaps archived; an abort marker makes every
 //     staged record available again at once (or archived at the delivery
-//     limit).
+//     limit). A committed REJECT and an abort at the limit write the
+//     group's dead-letter record (share_dlq.go), as a REJECT outside a
+//     transaction does on Kafka 4.4 (the draft says nothing of the DLQ).
 //   - A retry from the same producer id and epoch of a staging already
 //     applied (its answer was lost) is answered again as success without a
 //     write, also by a leader that took the partition over since (the

@@ -173,7 +173,8 @@ func FirstProducerEpoch(e int16) Opt { return optFunc(func(c *config) { c.firstP
 // ShareTxnAPIs turns the KIP-1289 API (TxnShareAcknowledge, key 95 v0, as
 // apache/kafka PR #22357 has it) and the finalized share.version=3 on or
 // off (default on). Off, the broker looks like a KIP-932 broker without
-// KIP-1289 (share.version=1).
+// KIP-1289 (share.version=1), and so, as Kafka below share.version=2, it
+// writes no share-group dead-letter records.
 func ShareTxnAPIs(enabled bool) Opt {
 	return optFunc(func(c *config) { c.shareTxnAPIsEnabled = enabled })
 }

@@ -1,7 +1,9 @@
 package broker
 
 // The share-group dead-letter queue (KIP-1191), as Apache Kafka 4.4 has it
-// (share.version=2; the bundled broker finalizes 3, which includes it).
+// (share.version=2; the bundled broker finalizes 3, which includes it, or
+// 1 with ShareTxnAPIs(false), which, as on Kafka, writes no dead-letter
+// records).
 //
 // A share group whose errors.deadletterqueue.topic.name group config is set
 // sends a record to that topic when one of its records is archived
@@ -96,7 +98,7 @@ func (sc *shareCoordinator) deadLetters(sp *sharePartition, now time.Time) {
 	sp.dead = nil
 	group := sp.key.group
 	name := sc.c.groupConfigValue(group, dlqTopicConfig)
-	if name == "" {
+	if name == "" || !sc.c.cfg.shareTxnAPIsEnabled { // share.version < 2: no DLQ
 		return
 	}
 	dlq, err := sc.c.dlqTopic(group, name)

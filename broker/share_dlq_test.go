@@ -166,6 +166,7 @@ func TestShareDLQNotWritten(t *testing.T) {
 		{name: "the prefix is missing", topic: "other.t", make: []string{"other.t", "errors.deadletterqueue.group.enable", "true"}},
 		{name: "the topic is not enabled", topic: "dlq.t", make: []string{"dlq.t"}},
 		{name: "the topic is missing and auto-creation is off", topic: "dlq.t"},
+		{name: "share.version=1", opts: []Opt{ShareTxnAPIs(false)}, topic: "dlq.t", make: []string{"dlq.t", "errors.deadletterqueue.group.enable", "true"}},
 		{name: "an explicit prefix is missing", opts: []Opt{DLQTopicNamePrefix("dead.")}, topic: "dlq.t", make: []string{"dlq.t", "errors.deadletterqueue.group.enable", "true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
