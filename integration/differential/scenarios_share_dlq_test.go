@@ -55,6 +55,7 @@ func scenarioShareDLQ(ctx context.Context, tg *target, tr *transcript) {
 		tg.alterGroupConfig(ctx, name, 0, "share.record.lock.duration.ms", kmsg.StringPtr("60000"), false)
 		for i := 0; i+1 < len(configs); i += 2 {
 			tr.add(fmt.Sprintf("g%d: set %s", n, configs[i]), "%s", tg.alterGroupConfig(ctx, name, 0, configs[i], kmsg.StringPtr(configs[i+1]), false))
+			tg.dlqConfigSettled(ctx, name, configs[i], configs[i+1])
 		}
 		return name, testkit.JoinShare(ctx, tg.t, tg.seeds, name, src, 0)
 	}
@@ -102,6 +103,7 @@ func scenarioShareDLQ(ctx context.Context, tg *target, tr *transcript) {
 		acquire(c.what+": first delivery", m)
 		ack(c.what+": reject 0", m, 0, 0, testkit.AckReject)
 		tg.alterGroupConfig(ctx, name, 0, "errors.deadletterqueue.topic.name", kmsg.StringPtr(dlq), false)
+		tg.dlqConfigSettled(ctx, name, "errors.deadletterqueue.topic.name", dlq)
 		ack(c.what+": reject 1 with the DLQ", m, 1, 1, testkit.AckReject)
 	}
 	dlqHas("the DLQ after the cases that write nothing", 8)
@@ -110,6 +112,15 @@ func scenarioShareDLQ(ctx context.Context, tg *target, tr *transcript) {
 	}
 	missing := tg.metadataTopic(ctx, "dlq."+tg.name("dlq-missing"), false)
 	tr.add("the missing topic was not created", "%s", errName(missing.ErrorCode))
+}
+
+// dlqConfigSettled waits until the group describes name=value: the real
+// Kafka applies a group config through its metadata log, so a share
+// partition can act on the old value for a moment after the alteration
+// was answered.
+func (tg *target) dlqConfigSettled(ctx context.Context, group, name, value string) {
+	tg.t.Helper()
+	tg.groupConfigsSettled(ctx, group, []string{name}, name+"="+value+"(")
 }
 
 // produceKeyed writes one record per value to partition 0 of topic, keyed
