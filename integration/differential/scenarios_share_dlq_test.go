@@ -15,11 +15,13 @@ import (
 
 // scenarioShareDLQ compares the share-group dead-letter queue (KIP-1191):
 // which archived records reach the group's DLQ topic (REJECT and the
-// delivery limit do, ACCEPT does not), the DLQ records' key, value and
-// headers (copy.record.enable on and off), and the cases that write
-// nothing while the record is still archived: no DLQ configured, a topic
-// without errors.deadletterqueue.group.enable, a name without the "dlq."
-// prefix, a missing topic (kafka.sh leaves
+// delivery limit, by RELEASE or by lock expiry, do; ACCEPT does not), on
+// which of its partitions (the source partition modulo their count), the
+// DLQ records' key, value and headers (copy.record.enable on and off), the
+// config refusals, and the cases that write nothing while the record is
+// archived all the same: no DLQ configured, a topic without
+// errors.deadletterqueue.group.enable, a name without the "dlq." prefix, a
+// missing topic (kafka.sh leaves
 // errors.deadletterqueue.auto.create.topics.enable at false, so the real
 // Kafka creates none). That nothing was written is shown by a later record
 // of the same share-partition that does arrive: the DLQ writes of one
@@ -46,7 +48,7 @@ func scenarioShareDLQ(ctx context.Context, tg *target, tr *transcript) {
 
 	src := tg.name("dlq-src")
 	tg.createTopic(ctx, src, 1)
-	tg.produceKeyed(ctx, src, "a", "b", "c", "d")
+	tg.produceKeyed(ctx, src, 0, "a", "b", "c", "d")
 	var n int
 	group := func(configs ...string) (string, *testkit.ShareMember) {
 		n++
@@ -67,7 +69,7 @@ func scenarioShareDLQ(ctx context.Context, tg *target, tr *transcript) {
 		tr.add(step, "%s", testkit.FormatDeliveries(m.Acquire(ctx)))
 	}
 	dlqHas := func(step string, want int) {
-		tr.add(step, "%s", tg.eventually(ctx, func() string { return tg.dlqRecords(ctx, dlq) }, func(s string) bool {
+		tr.add(step, "%s", tg.eventually(ctx, func() string { return tg.dlqRecords(ctx, dlq, 0) }, func(s string) bool {
 			return strings.Count(s, "\n  ") >= want
 		}))
 	}
@@ -108,8 +110,34 @@ func scenarioShareDLQ(ctx context.Context, tg *target, tr *transcript) {
 	}
 	dlqHas("the DLQ after the cases that write nothing", 8)
 	for _, topic := range []string{disabled, unprefixed} {
-		tr.add("nothing in "+strings.ReplaceAll(topic, tg.prefix, ""), "%s", tg.dlqRecords(ctx, topic))
+		tr.add("nothing in "+strings.ReplaceAll(topic, tg.prefix, ""), "%s", tg.dlqRecords(ctx, topic, 0))
 	}
+
+	// Lock expiry at the delivery limit (kafka.sh lowers Kafka's lock
+	// floor to 1 s).
+	_, m = group("errors.deadletterqueue.topic.name", dlq, "share.delivery.count.limit", "2", "share.record.lock.duration.ms", "1000")
+	acquire("expiry: first delivery", m)
+	acquire("expiry: second delivery, after the lock expired", m)
+	dlqHas("expiry: the DLQ after the second lock expired", 12)
+
+	// The DLQ partition is the source partition modulo the DLQ's count.
+	src2 := tg.name("dlq-src2")
+	tg.createTopic(ctx, src2, 4)
+	tg.produceKeyed(ctx, src2, 3, "p3")
+	dlq2 := "dlq." + tg.name("dlq2")
+	tr.add("create a DLQ topic of 2 partitions", "%s", tg.createTopicWith(ctx, dlq2, 2, "errors.deadletterqueue.group.enable", "true"))
+	g2p := tg.name("dlq-2p")
+	tg.alterGroupConfig(ctx, g2p, 0, "share.auto.offset.reset", kmsg.StringPtr("earliest"), false)
+	tg.alterGroupConfig(ctx, g2p, 0, "errors.deadletterqueue.topic.name", kmsg.StringPtr(dlq2), false)
+	tg.dlqConfigSettled(ctx, g2p, "errors.deadletterqueue.topic.name", dlq2)
+	m = testkit.JoinShare(ctx, tg.t, tg.seeds, g2p, src2, 3)
+	acquire("partition 3: delivery", m)
+	ack("partition 3: reject 0", m, 0, 0, testkit.AckReject)
+	tr.add("partition 3: DLQ partition 1", "%s", tg.eventually(ctx, func() string { return tg.dlqRecords(ctx, dlq2, 1) }, func(s string) bool {
+		return strings.Count(s, "\n  ") >= 1
+	}))
+	tr.add("partition 3: DLQ partition 0", "%s", tg.dlqRecords(ctx, dlq2, 0))
+
 	missing := tg.metadataTopic(ctx, "dlq."+tg.name("dlq-missing"), false)
 	tr.add("the missing topic was not created", "%s", errName(missing.ErrorCode))
 }
@@ -123,9 +151,9 @@ func (tg *target) dlqConfigSettled(ctx context.Context, group, name, value strin
 	tg.groupConfigsSettled(ctx, group, []string{name}, name+"="+value+"(")
 }
 
-// produceKeyed writes one record per value to partition 0 of topic, keyed
+// produceKeyed writes one record per value to a partition of topic, keyed
 // "k-"+value and with a header h=x, through a kgo producer.
-func (tg *target) produceKeyed(ctx context.Context, topic string, values ...string) {
+func (tg *target) produceKeyed(ctx context.Context, topic string, partition int32, values ...string) {
 	tg.t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(tg.seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -133,19 +161,19 @@ func (tg *target) produceKeyed(ctx context.Context, topic string, values ...stri
 	}
 	defer cl.Close()
 	for _, v := range values {
-		r := &kgo.Record{Topic: topic, Key: []byte("k-" + v), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}}
+		r := &kgo.Record{Topic: topic, Partition: partition, Key: []byte("k-" + v), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}}
 		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			tg.t.Fatalf("%s: produce to %s: %v", tg.kind, topic, err)
 		}
 	}
 }
 
-// dlqRecords lists the records of partition 0 of topic, one a line: offset,
+// dlqRecords lists the records of a partition of topic, one a line: offset,
 // key, value and headers (sorted by key), with the run's prefix taken out
 // of the header values.
-func (tg *target) dlqRecords(ctx context.Context, topic string) string {
+func (tg *target) dlqRecords(ctx context.Context, topic string, partition int32) string {
 	tg.t.Helper()
-	_, p := tg.fetch(ctx, topic, 0, 0, fetchOpts{})
+	_, p := tg.fetch(ctx, topic, partition, 0, fetchOpts{})
 	if p.ErrorCode != 0 {
 		return errName(p.ErrorCode)
 	}
