@@ -176,6 +176,15 @@ type stagedRec struct {
 	// stopped is set when a renewal failed: the record is TX_PENDING at
 	// the broker (its lock no longer runs) or its lock is gone.
 	stopped bool
+	// ledger: a claim ledger carries the record's acknowledgement; on
+	// commit the consumer sends it (plain ShareAcknowledge).
+	ledger bool
+	// force is the commit-time renewal (tracker.Renew) waiting for this
+	// record's next RENEW; forceSent says that the RENEW in flight was
+	// built after force was set, so that its answer is the one force
+	// waits for.
+	force     *renewWaiter
+	forceSent bool
 }
 
 // stagedAt returns the staging of the offset at idx, if it is staged.

@@ -395,3 +395,39 @@ func (r *Resolver) Stats() Stats {
 	}
 	return s
 }
+
+// PruneGroup asks the cluster for group's share-partition start offsets
+// (DescribeShareGroupOffsets) and forgets the group's claims below them:
+// the index then holds only claims of records the group may still
+// deliver, so its memory is bounded by the records in flight, not by the
+// ledger's length. A failure changes nothing and is returned unclassified
+// (the caller tries again later).
+func (r *Resolver) PruneGroup(ctx context.Context, group string) error {
+	described, err := r.adm.DescribeShareGroupOffsets(ctx, group)
+	if err != nil {
+		return err
+	}
+	d, ok := described[group]
+	if !ok {
+		return fmt.Errorf("share group %q not in the answer", group)
+	}
+	if d.Err != nil {
+		return d.Err
+	}
+	starts := make(map[Input]int64)
+	d.Offsets.Each(func(o kadm.ShareOffset) {
+		if o.Err == nil && o.StartOffset >= 0 {
+			starts[Input{group, o.TopicID, o.Partition}] = o.StartOffset
+		}
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pr := range r.parts {
+		for _, in := range pr.index.Inputs() {
+			if start, ok := starts[in]; ok {
+				pr.index.Prune(in, start)
+			}
+		}
+	}
+	return nil
+}
