@@ -315,3 +315,118 @@ func TestLedgerWithoutRenewalCheckDuplicates(t *testing.T) {
 	require.Contains(t, verdict, "FAILED")
 	require.Equal(t, inputs, duplicates)
 }
+
+// A worker paused past its lock, after it wrote its claims: its share
+// requests are held up until another member has acquired the records
+// (the lock ran out at the broker). That member cannot hand them to its
+// application while the paused worker's transaction is open (its claims
+// hold the ledger's last stable offset back); the paused worker resumes,
+// its renewal is refused, and its commit fails; it aborts, and the other
+// member then processes the records, exactly once.
+func TestLedgerPausedPastLockAborts(t *testing.T) {
+	const inputs = 4
+	e := newEnv(t, broker.ShareTxnAPIs(false), broker.ShareLockDuration(time.Second))
+	e.createTopic("in", 1)
+	e.createTopic("out", 1)
+	e.groupConfig("g")
+	e.produce("in", 1, values("v", inputs)...)
+
+	// RenewHeldLocks keeps worker 1's locks until it stages them, however
+	// slow the machine; a long MaxWait keeps its held-up requests from
+	// timing out in the client.
+	c1 := e.ledgerConsumer(shareconsumer.RenewHeldLocks(true), shareconsumer.MaxWait(time.Minute))
+	p1 := e.ledgerProducer("w1")
+	recs := pollRecords(e.ctx, t, c1, inputs)
+	member1 := c1.GroupMetadata().MemberID
+	c2 := e.ledgerConsumer()
+	member2 := c2.GroupMetadata().MemberID
+
+	require.NoError(t, p1.BeginTransaction())
+	for _, r := range recs {
+		p1.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(r.Value))}, nil)
+	}
+	require.NoError(t, p1.SendShareAcksToTransaction(e.ctx, c1.Acks(recs, kshare.AckAccept), c1.GroupMetadata()))
+	require.NoError(t, p1.Flush(e.ctx), "the claims are written, in the open transaction")
+
+	// Pause worker 1; tell when worker 2 acquires the records.
+	resume := make(chan struct{})
+	acquired := make(chan struct{})
+	var acquiredOnce sync.Once
+	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		switch r := req.(type) {
+		case *kmsg.ShareFetchRequest:
+			if r.MemberID != nil && *r.MemberID == member2 {
+				return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+					if fr, ok := resp.(*kmsg.ShareFetchResponse); ok {
+						for _, t := range fr.Topics {
+							for _, p := range t.Partitions {
+								if len(p.AcquiredRecords) > 0 {
+									acquiredOnce.Do(func() { close(acquired) })
+								}
+							}
+						}
+					}
+				}}
+			}
+			if r.MemberID != nil && *r.MemberID == member1 {
+				waitOrEnd(e.ctx, resume)
+			}
+		case *kmsg.ShareAcknowledgeRequest:
+			if r.MemberID != nil && *r.MemberID == member1 {
+				waitOrEnd(e.ctx, resume)
+			}
+		}
+		return broker.FaultAction{}
+	})
+	defer stop()
+	type polled struct {
+		recs []*kgo.Record
+		err  error
+	}
+	got2 := make(chan polled, 1)
+	go func() {
+		var out []*kgo.Record
+		for len(out) < inputs {
+			rs, err := c2.Poll(e.ctx)
+			if err != nil {
+				got2 <- polled{out, err}
+				return
+			}
+			out = append(out, rs...)
+		}
+		got2 <- polled{out, nil}
+	}()
+	select {
+	case <-acquired:
+	case <-e.ctx.Done():
+		close(resume)
+		t.Fatal("worker 2 never acquired the records")
+	}
+	select {
+	case p := <-got2:
+		close(resume)
+		t.Fatalf("worker 2's Poll returned %d records (%v) while worker 1's claims were in an open transaction", len(p.recs), p.err)
+	default:
+	}
+	close(resume) // worker 1 resumes
+	err := p1.CommitTransaction(e.ctx)
+	require.ErrorIs(t, err, kshare.ErrAbortable, "a worker whose lock ran out must not commit")
+	require.Contains(t, err.Error(), "could not be renewed")
+	require.NoError(t, p1.AbortTransaction(e.ctx))
+
+	p := <-got2
+	require.NoError(t, p.err)
+	p2 := e.ledgerProducer("w2")
+	require.NoError(t, process(e.ctx, t, p2, c2, p.recs))
+	verdict, _, _ := exactlyOnce(e.readCommitted("out", inputs), inputs)
+	require.Equal(t, "exactly-once: OK", verdict)
+	e.allAcknowledged("g", "in", map[int32]int64{0: inputs})
+}
+
+// waitOrEnd waits until ch is closed or ctx ends.
+func waitOrEnd(ctx context.Context, ch <-chan struct{}) {
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
