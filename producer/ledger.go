@@ -43,7 +43,7 @@ func (p *Producer) ensureLedger(ctx context.Context) error {
 	if p.ledger.ready {
 		return nil
 	}
-	r := ledger.NewResolver(p.cl, p.cfg.ledger, p.cfg.conn.Logger)
+	r := ledger.NewResolver(p.cl, p.cfg.ledger, "", p.cfg.conn.Logger)
 	if _, err := r.Ensure(ctx, true, 0); err != nil {
 		return err
 	}

@@ -166,7 +166,7 @@ func New(opts ...Opt) (*Consumer, error) {
 			return nil, errs.Usage(op, fmt.Errorf("claim ledger client: %w", err))
 		}
 		c.ledgerCl = lcl
-		c.ledger = ledger.NewResolver(lcl, cfg.ledger, c.logger)
+		c.ledger = ledger.NewResolver(lcl, cfg.ledger, cfg.group, c.logger)
 	}
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.hbCtx, c.hbCancel = context.WithCancel(c.bgCtx)

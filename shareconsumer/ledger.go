@@ -43,8 +43,9 @@ import (
 func ShareLedger(topic string) Opt { return optFunc(func(c *config) { c.ledger = topic }) }
 
 // ledgerPruneEvery is how often Poll drops claims below the group's
-// share-partition start offsets from the resolver's memory.
-const ledgerPruneEvery = 30 * time.Second
+// share-partition start offsets from the resolver's memory, and truncates
+// the ledger below the claims still held (a variable for tests).
+var ledgerPruneEvery = 30 * time.Second
 
 // ledgerPruneTimeout bounds one prune: it is housekeeping, and a Poll
 // must not wait long for it.
@@ -89,13 +90,6 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 	for p := range parts {
 		list = append(list, p)
 	}
-	if prune {
-		pctx, cancel := context.WithTimeout(ctx, ledgerPruneTimeout)
-		if err := c.ledger.PruneGroup(pctx, c.cfg.group); err != nil {
-			c.logger.Debug("could not prune the claim index; trying again later", "err", err)
-		}
-		cancel()
-	}
 	if err := c.ledger.CatchUp(ctx, list); err != nil {
 		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
 			c.logger.Debug("releasing records after a ledger failure", "err", rerr)
@@ -110,6 +104,18 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 			continue
 		}
 		kept = append(kept, r)
+	}
+	if prune {
+		// After the lookups: the start offsets it reads are at most the
+		// offsets of the records just resolved (they are acquired), so
+		// pruning never drops a claim these records needed anyway.
+		pctx, cancel := context.WithTimeout(ctx, ledgerPruneTimeout)
+		if err := c.ledger.PruneGroup(pctx, c.cfg.group); err != nil {
+			c.logger.Debug("could not prune the claim index; trying again later", "err", err)
+		} else if err := c.ledger.Truncate(pctx); err != nil {
+			c.logger.Debug("could not truncate the claim ledger; trying again later", "err", err)
+		}
+		cancel()
 	}
 	if len(covered) > 0 {
 		c.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -429,4 +430,35 @@ func waitOrEnd(ctx context.Context, ch <-chan struct{}) {
 	case <-ch:
 	case <-ctx.Done():
 	}
+}
+
+// The consumer's claim index holds only claims of records the group may
+// still deliver, and the ledger is truncated below them: after a first
+// batch is committed and acknowledged, the next Poll prunes its claims
+// and deletes them from the ledger.
+func TestLedgerIndexBoundedAndTruncated(t *testing.T) {
+	defer shareconsumer.SetLedgerPruneEvery(0)()
+	const batch = 6
+	e := newEnv(t, broker.ShareTxnAPIs(false))
+	e.createTopic("in", 1)
+	e.createTopic("out", 1)
+	e.groupConfig("g")
+	c := e.ledgerConsumer()
+	p := e.ledgerProducer("w")
+	e.produce("in", 1, values("v", batch)...)
+	require.NoError(t, process(e.ctx, t, p, c, pollRecords(e.ctx, t, c, batch)))
+	e.allAcknowledged("g", "in", map[int32]int64{0: batch})
+	require.Zero(t, c.Metrics().LedgerTruncations, "nothing was prunable yet")
+
+	e.produce("in", 1, values("w", batch)...)
+	second := pollRecords(e.ctx, t, c, batch)
+	m := c.Metrics()
+	require.Zero(t, m.LedgerRanges, "the first batch's claims were pruned")
+	require.Equal(t, int64(1), m.LedgerTruncations)
+	require.NoError(t, process(e.ctx, t, p, c, second))
+	starts, err := kadm.NewClient(e.admin).ListStartOffsets(e.ctx, ledgerTopic)
+	require.NoError(t, err)
+	truncated := false
+	starts.Each(func(o kadm.ListedOffset) { truncated = truncated || o.Offset > 0 })
+	require.True(t, truncated, "the ledger partition was truncated")
 }

@@ -44,6 +44,12 @@ type Metrics struct {
 	// LedgerMalformed counts ledger records that were not claims
 	// (skipped; each logged, the first at WARN).
 	LedgerMalformed int64
+	// LedgerRanges is the number of claimed offset ranges the consumer
+	// holds in memory (claims of records the group may still deliver);
+	// LedgerTruncations counts the ledger partitions it truncated below
+	// the claims it still holds.
+	LedgerRanges      int
+	LedgerTruncations int64
 }
 
 // Metrics returns a snapshot of the consumer's counters.
@@ -55,7 +61,8 @@ func (c *Consumer) Metrics() Metrics {
 	m := c.metrics
 	c.mu.Unlock()
 	if c.ledger != nil {
-		m.LedgerMalformed = c.ledger.Stats().Malformed
+		st := c.ledger.Stats()
+		m.LedgerMalformed, m.LedgerRanges, m.LedgerTruncations = st.Malformed, st.Ranges, st.Truncated
 	}
 	return m
 }

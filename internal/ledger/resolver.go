@@ -39,6 +39,7 @@ type Resolver struct {
 	cl     *kgo.Client
 	adm    *kadm.Client
 	topic  string
+	group  string // the group whose claims are indexed; "" for all
 	logger *slog.Logger
 	decomp kgo.Decompressor
 
@@ -57,6 +58,12 @@ type Resolver struct {
 type partReader struct {
 	next  int64 // the next ledger offset to read
 	index Index
+	// shared is set once the partition held a claim of another group:
+	// this reader cannot tell which of those are still needed, so it
+	// never truncates the partition.
+	shared bool
+	// truncated is the offset the partition was last truncated to.
+	truncated int64
 }
 
 // Stats are a Resolver's counters.
@@ -71,16 +78,23 @@ type Stats struct {
 	Conflicts int64
 	// Ranges is the number of claimed ranges held in memory.
 	Ranges int
+	// OtherGroups counts claims of other groups (not indexed).
+	OtherGroups int64
+	// Truncated counts the ledger partitions truncated (DeleteRecords).
+	Truncated int64
 }
 
-// NewResolver returns a Resolver of ledger topic topic that reads through
-// cl (an ordinary kgo client; the Resolver sends it Metadata, ListOffsets,
-// Fetch and, in Ensure, CreateTopics). It contacts nothing yet.
-func NewResolver(cl *kgo.Client, topic string, logger *slog.Logger) *Resolver {
+// NewResolver returns a Resolver of ledger topic topic that indexes the
+// claims of share group group ("" for every group) and reads through cl
+// (an ordinary kgo client of its own: a read that its context cuts short
+// closes cl's connection; the Resolver sends Metadata, ListOffsets, Fetch,
+// DescribeShareGroupOffsets, DeleteRecords and, in Ensure, CreateTopics).
+// It contacts nothing yet.
+func NewResolver(cl *kgo.Client, topic, group string, logger *slog.Logger) *Resolver {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{cl: cl, adm: kadm.NewClient(cl), topic: topic, logger: logger.With("ledger", topic),
+	return &Resolver{cl: cl, adm: kadm.NewClient(cl), topic: topic, group: group, logger: logger.With("ledger", topic),
 		decomp: kgo.DefaultDecompressor(), leaders: make(map[int32]int32), parts: make(map[int32]*partReader)}
 }
 
@@ -342,6 +356,11 @@ func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, wai
 			r.logger.Log(ctx, lvl, "skipping a ledger record that is not a claim", "partition", p, "offset", rec.Offset, "err", derr, "skipped", r.stats.Malformed)
 			continue
 		}
+		if r.group != "" && c.Group != r.group {
+			r.stats.OtherGroups++
+			pr.shared = true
+			continue
+		}
 		before := pr.index.Conflicts
 		pr.index.Add(c, rec.Offset)
 		if d := pr.index.Conflicts - before; d > 0 {
@@ -430,4 +449,57 @@ func (r *Resolver) PruneGroup(ctx context.Context, group string) error {
 		}
 	}
 	return nil
+}
+
+// Truncate deletes (DeleteRecords) the records of each ledger partition
+// this Resolver has read below the lowest offset whose claim it still
+// holds (or below its position, when it holds none): call it after
+// PruneGroup, so that only claims of records the group may still deliver
+// are held. A partition that held a claim of another group is never
+// truncated (this reader cannot tell what that group still needs: give
+// each group a ledger of its own), nor is one below its last truncation.
+// Claims past the position (unread, or in open transactions) are never
+// touched. Truncating is safe for the other readers of the group too:
+// they need no claim below a start offset, and every claim at or above it
+// that this reader read is still held. Failures are returned unclassified
+// and change nothing that matters (the next call tries again).
+func (r *Resolver) Truncate(ctx context.Context) error {
+	r.mu.Lock()
+	offsets := make(kadm.Offsets)
+	for p, pr := range r.parts {
+		if pr.shared {
+			continue
+		}
+		to := pr.next
+		if low, ok := pr.index.LowestNeeded(); ok {
+			to = low
+		}
+		if to > pr.truncated {
+			offsets.Add(kadm.Offset{Topic: r.topic, Partition: p, At: to})
+		}
+	}
+	r.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	resps, err := r.adm.DeleteRecords(ctx, offsets)
+	if err != nil {
+		return err
+	}
+	var first error
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	resps.Each(func(d kadm.DeleteRecordsResponse) {
+		if d.Err != nil {
+			if first == nil {
+				first = fmt.Errorf("delete records of partition %d: %w", d.Partition, d.Err)
+			}
+			return
+		}
+		if pr := r.parts[d.Partition]; pr != nil && d.LowWatermark > pr.truncated {
+			pr.truncated = d.LowWatermark
+			r.stats.Truncated++
+		}
+	})
+	return first
 }

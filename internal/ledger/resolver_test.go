@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
@@ -39,7 +40,7 @@ func TestResolverReadsCommittedClaims(t *testing.T) {
 	c := bundled.Cluster(t, broker.ShareTxnAPIs(false))
 	ctx := testkit.Context(t)
 	cl := testkit.Client(t, c.Bootstrap())
-	r := ledger.NewResolver(cl, "claims", testkit.Logger())
+	r := ledger.NewResolver(cl, "claims", "g", testkit.Logger())
 	_, err := r.Ensure(ctx, false, 0)
 	require.ErrorIs(t, err, kshare.ErrUsage, "a missing ledger is not created unless asked")
 	n, err := r.Ensure(ctx, true, 4)
@@ -84,4 +85,36 @@ func TestResolverReadsCommittedClaims(t *testing.T) {
 	r.Prune(in, 10)
 	_, ok = r.Lookup(in, 5)
 	require.False(t, ok, "pruned below the start offset")
+
+	// Truncation keeps the lowest claim still held, and everything once
+	// nothing is held.
+	adm := kadm.NewClient(cl)
+	require.NoError(t, r.Truncate(ctx))
+	starts, err := adm.ListStartOffsets(ctx, "claims")
+	require.NoError(t, err)
+	lateAt, _ := starts.Lookup("claims", part)
+	ends, err := adm.ListEndOffsets(ctx, "claims")
+	require.NoError(t, err)
+	end, _ := ends.Lookup("claims", part)
+	require.Greater(t, lateAt.Offset, int64(0), "the pruned claims were deleted")
+	require.Less(t, lateAt.Offset, end.Offset, "the claim still held was kept")
+	typ, ok = r.Lookup(in, 20)
+	require.True(t, ok)
+	require.Equal(t, ledger.TypeReject, typ)
+	r.Prune(in, 21)
+	require.NoError(t, r.Truncate(ctx))
+	starts, err = adm.ListStartOffsets(ctx, "claims")
+	require.NoError(t, err)
+	all, _ := starts.Lookup("claims", part)
+	require.Equal(t, end.Offset, all.Offset, "nothing held: truncated to the position")
+	require.NoError(t, r.CatchUp(ctx, []int32{part}), "a reader past the truncation reads on")
+
+	// A claim of another group is not indexed, and keeps the partition
+	// from being truncated.
+	writeInTxn(ctx, t, w, true, claimRecord(t, "claims", n, ledger.Claim{Group: "other", TopicID: inputID, Partition: 2, Ranges: []ledger.Range{{First: 0, Last: 0, Type: ledger.TypeAccept}}}))
+	otherPart := ledger.Input{Group: "other", TopicID: inputID, Partition: 2}.LedgerPartition(n)
+	require.NoError(t, r.CatchUp(ctx, []int32{otherPart}))
+	require.Equal(t, int64(1), r.Stats().OtherGroups)
+	_, ok = r.Lookup(ledger.Input{Group: "other", TopicID: inputID, Partition: 2}, 0)
+	require.False(t, ok)
 }
