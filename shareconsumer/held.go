@@ -1,6 +1,7 @@
 package shareconsumer
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -271,6 +272,9 @@ func (h *heldSet) add(a *acquisition) {
 				continue
 			}
 			if old.staged != nil {
+				if sr := old.staged[idx]; sr != nil {
+					forcedDoneLocked(sr, fmt.Errorf("delivered again while staged: %w", ErrLockExpired))
+				}
 				old.staged[idx] = nil
 			}
 			old.set(idx, stFree)

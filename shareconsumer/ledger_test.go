@@ -17,6 +17,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/ledger"
 	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
@@ -315,6 +316,18 @@ func TestLedgerWithoutRenewalCheckDuplicates(t *testing.T) {
 	verdict, duplicates, _ := exactlyOnce(outputs, inputs)
 	require.Contains(t, verdict, "FAILED")
 	require.Equal(t, inputs, duplicates)
+
+	// The ledger shows it too: both transactions committed a claim for
+	// every input.
+	audit := ledger.NewResolver(e.client(), ledgerTopic, "g", nil)
+	n, err := audit.Ensure(e.ctx, false, 0)
+	require.NoError(t, err)
+	parts := make([]int32, n)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	require.NoError(t, audit.CatchUp(e.ctx, parts))
+	require.EqualValues(t, inputs, audit.Stats().Conflicts)
 }
 
 // A worker paused past its lock, after it wrote its claims: its share

@@ -50,6 +50,11 @@ type Metrics struct {
 	// the claims it still holds.
 	LedgerRanges      int
 	LedgerTruncations int64
+	// LedgerConflicts counts offsets that two committed claims cover:
+	// two transactions committed the same records, which the protocol
+	// rules out unless one of its assumptions failed (docs/design.md,
+	// "Exactly-once without KIP-1289"); each is logged at ERROR.
+	LedgerConflicts int64
 }
 
 // Metrics returns a snapshot of the consumer's counters.
@@ -62,7 +67,7 @@ func (c *Consumer) Metrics() Metrics {
 	c.mu.Unlock()
 	if c.ledger != nil {
 		st := c.ledger.Stats()
-		m.LedgerMalformed, m.LedgerRanges, m.LedgerTruncations = st.Malformed, st.Ranges, st.Truncated
+		m.LedgerMalformed, m.LedgerRanges, m.LedgerTruncations, m.LedgerConflicts = st.Malformed, st.Ranges, st.Truncated, st.Conflicts
 	}
 	return m
 }

@@ -127,7 +127,14 @@ func (r *Resolver) Ensure(ctx context.Context, create bool, partitions int32) (i
 		if !errors.Is(err, kerr.UnknownTopicOrPartition) || !create || created {
 			return 0, errs.Usage(op, fmt.Errorf("ledger topic %q cannot be read: %w", r.topic, err))
 		}
-		resp, cerr := r.adm.CreateTopic(ctx, partitions, -1, nil, r.topic)
+		// Delete policy, no time or size retention: claims are deleted
+		// only by Truncate, below those still needed (docs/design.md).
+		retention := "-1"
+		resp, cerr := r.adm.CreateTopic(ctx, partitions, -1, map[string]*string{
+			"cleanup.policy":  kadm.StringPtr("delete"),
+			"retention.ms":    &retention,
+			"retention.bytes": &retention,
+		}, r.topic)
 		if cerr == nil {
 			cerr = resp.Err
 		}
