@@ -161,6 +161,10 @@ func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int
 	return n
 }
 
+// renewRecheck is how often a commit-time renewal checks that the records
+// it waits for are still staged and their locks not known lost.
+const renewRecheck = 250 * time.Millisecond
+
 // renewWaiter is one commit-time renewal (tracker.Renew): it waits for a
 // RENEW, sent after the call, of each of its records.
 type renewWaiter struct {
@@ -241,9 +245,27 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 		s.poke()
 	}
 	c.mu.Unlock()
-	select {
-	case <-w.done:
-	case <-ctx.Done():
+	// The sessions report every outcome; the recheck is a safety net that
+	// fails records whose staging ended in a way no session step reports
+	// (their acquisition dropped), rather than holding the commit until
+	// ctx ends.
+	recheck := time.NewTicker(renewRecheck)
+	defer recheck.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-w.done:
+			waiting = false
+		case <-ctx.Done():
+			waiting = false
+		case <-recheck.C:
+			c.mu.Lock()
+			for _, sr := range w.recs {
+				if sr.force == w && (sr.acq.dead || sr.acq.stagedAt(int(sr.off-sr.acq.first)) != sr) {
+					forcedDoneLocked(sr, fmt.Errorf("lock lost or staging ended: %w", ErrLockExpired))
+				}
+			}
+			c.mu.Unlock()
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
