@@ -74,6 +74,10 @@ func (c *Consumer) ensureLedgerLocked(ctx context.Context) error {
 func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
 	const op = "poll"
 	n := c.ledger.Partitions()
+	if n <= 0 { // Ensure succeeded, so this does not happen
+		_, _ = c.Release(recs)
+		return nil, errs.Usage(op, fmt.Errorf("claim ledger %q has no partitions", c.ledger.Topic()))
+	}
 	c.mu.Lock()
 	inputs := make([]ledger.Input, len(recs))
 	parts := make(map[int32]bool)
@@ -94,7 +98,11 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
 			c.logger.Debug("releasing records after a ledger failure", "err", rerr)
 		}
-		return nil, errs.New(errs.ClassOf(err), op, fmt.Errorf("resolving records against the claim ledger: %w", err))
+		class := errs.ClassOf(err)
+		if class == nil {
+			class = kshare.ErrAbortable
+		}
+		return nil, errs.New(class, op, fmt.Errorf("resolving records against the claim ledger: %w", err))
 	}
 	var kept []*kgo.Record
 	covered := make(map[*kgo.Record]wire.AckType)
@@ -121,6 +129,7 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		c.mu.Lock()
 		n := c.settleDeliveredLocked(covered)
 		c.metrics.ResolvedFromLedger += int64(n)
+		c.metrics.RecordsDelivered -= int64(len(covered)) // counted as Poll took them; never returned
 		c.mu.Unlock()
 		c.logger.Debug("records resolved from the claim ledger", "records", n)
 	}
