@@ -33,6 +33,7 @@ import (
 type Acknowledger struct {
 	p      *producer.Producer
 	logger *slog.Logger
+	ledger string // ShareLedger's topic, "" for KIP-1289
 	// txnSem serializes the transaction calls; a channel, so that waiting
 	// for it ends with the caller's context.
 	txnSem chan struct{}
@@ -78,7 +79,7 @@ func New(opts ...Opt) (*Acknowledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Acknowledger{p: p, logger: cfg.logger, txnSem: make(chan struct{}, 1)}, nil
+	return &Acknowledger{p: p, logger: cfg.logger, ledger: cfg.ledger, txnSem: make(chan struct{}, 1)}, nil
 }
 
 // Metrics returns the counters of the transactions the acknowledger ran:
@@ -137,7 +138,8 @@ func (a *Acknowledger) enter(ctx context.Context, op string) (func(), error) {
 //
 // It then checks that the transaction coordinator serves transactional
 // share acknowledgements (KIP-1289), which every commit of the
-// acknowledger needs, and fails with kshare.ErrUnsupported, naming the
+// acknowledger needs unless it has a ShareLedger, and fails with
+// kshare.ErrUnsupported, naming the
 // broker and what it lacks, if it does not: on such a cluster the first
 // commit would fail the same way, and a program learns it at once. The
 // acknowledger is initialized either way. Its other errors are the
@@ -153,6 +155,9 @@ func (a *Acknowledger) InitTransactions(ctx context.Context) error {
 		return err
 	}
 	a.open = false
+	if a.ledger != "" {
+		return nil // a claim ledger needs no KIP-1289
+	}
 	return a.requireShareAcks(ctx, op)
 }
 
@@ -191,7 +196,7 @@ func (a *Acknowledger) CommitAcknowledgements(ctx context.Context, acks *kshare.
 	leave, err := a.enter(ctx, op)
 	if err != nil {
 		if acks != nil && errors.Is(err, kshare.ErrAbortable) {
-			giveBack((*acktrack.Set)(acks), meta)
+			giveBack((*acktrack.Set)(acks), meta, a.ledger)
 		}
 		return err
 	}
@@ -252,7 +257,7 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 		dropCheckpoints(items)
 		for _, it := range items {
 			if !it.checkpoint {
-				giveBack(it.acks, it.meta)
+				giveBack(it.acks, it.meta, a.ledger)
 			}
 		}
 		return err
@@ -306,9 +311,9 @@ func (a *Acknowledger) runTxn(ctx context.Context, op string, items []sendItem) 
 // so they are staged and resolved as not committed; a staging the
 // consumer refuses (records no longer held, or already in a transaction)
 // gives nothing back, since the records are not the caller's to give.
-func giveBack(acks *acktrack.Set, meta kshare.ShareGroupMetadata) {
+func giveBack(acks *acktrack.Set, meta kshare.ShareGroupMetadata, ledger string) {
 	t := acks.Tracker()
-	if t == nil || t.Stage(acks, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID}) != nil {
+	if t == nil || t.Stage(acks, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID, Ledger: ledger}) != nil {
 		return
 	}
 	t.Resolve(acks, false)
@@ -440,6 +445,26 @@ func (f *fanout) Stage(_ *acktrack.Set, st acktrack.Staging) error {
 		}
 	}
 	return nil
+}
+
+// Renew implements acktrack.Renewer for a ledger commit: it renews every
+// part with its own tracker and returns every part's failures; a part
+// whose tracker cannot renew fails as a whole.
+func (f *fanout) Renew(ctx context.Context, _ *acktrack.Set) []acktrack.RenewFailure {
+	var failed []acktrack.RenewFailure
+	for _, part := range f.parts {
+		r, ok := part.Tracker().(acktrack.Renewer)
+		if !ok {
+			for _, tp := range part.Partitions() {
+				for _, rec := range part.Records(tp) {
+					failed = append(failed, acktrack.RenewFailure{TopicPartition: tp, Offset: rec.Offset, Err: errors.New("its consumer cannot renew locks")})
+				}
+			}
+			continue
+		}
+		failed = append(failed, r.Renew(ctx, part)...)
+	}
+	return failed
 }
 
 // Resolve tells every part's tracker the outcome, the first time only.

@@ -54,7 +54,7 @@ func (a *Acknowledger) Stage(checkpointID int64, acks *kshare.ShareAcks, meta ks
 		}
 	}
 	if t := set.Tracker(); t != nil {
-		if err := t.Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID}); err != nil {
+		if err := t.Stage(set, acktrack.Staging{Group: meta.GroupID, Member: meta.MemberID, Ledger: a.ledger}); err != nil {
 			class := errs.ClassOf(err)
 			if class == nil {
 				class = kshare.ErrAbortable

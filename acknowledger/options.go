@@ -21,6 +21,7 @@ func (f optFunc) apply(c *config) { f(c) }
 type config struct {
 	logger   *slog.Logger
 	producer []producer.Opt
+	ledger   string
 }
 
 // viaProducer passes an option on to the acknowledger's producer, which
@@ -68,5 +69,22 @@ func Logger(l *slog.Logger) Opt {
 	return optFunc(func(c *config) {
 		c.logger = l
 		c.producer = append(c.producer, producer.Logger(l))
+	})
+}
+
+// ShareLedger names the claim ledger topic through which the acknowledger
+// commits share acknowledgements exactly-once on clusters without
+// KIP-1289, as producer.ShareLedger does for a producer: each commit
+// writes a claim for every accepted or rejected record, renews every
+// record's lock once the claims are durable (a failed renewal makes the
+// commit kshare.ErrAbortable and gives the records back), and after it
+// committed the consumers acknowledge the records themselves. Staged
+// checkpoints are staged for the ledger too. Every consumer whose
+// acknowledgements it commits must name the same topic
+// (shareconsumer.ShareLedger), or the staging fails with kshare.ErrUsage.
+func ShareLedger(topic string) Opt {
+	return optFunc(func(c *config) {
+		c.ledger = topic
+		c.producer = append(c.producer, producer.ShareLedger(topic))
 	})
 }

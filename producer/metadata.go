@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare/internal/retry"
@@ -111,7 +112,13 @@ func (p *Producer) fetchTopic(ctx context.Context, name string) (*topic, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &topic{name: name, id: tm.TopicID, tp: p.cfg.partitioner.ForTopic(name)}
+	part := p.cfg.partitioner
+	if name == p.cfg.ledger {
+		// Claims name their partition: all claims of one input
+		// partition go to the ledger partition its key hashes to.
+		part = kgo.ManualPartitioner()
+	}
+	t := &topic{name: name, id: tm.TopicID, tp: part.ForTopic(name)}
 	t.mu.Lock()
 	t.applyMetadataLocked(tm)
 	t.mu.Unlock()

@@ -33,6 +33,7 @@ type config struct {
 	maxInflight      int
 	produceTimeout   time.Duration
 	autoCreateTopics bool
+	ledger           string // ShareLedger
 }
 
 func defaultConfig() config {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/wire"
@@ -62,6 +63,7 @@ type Producer struct {
 	sends      sync.WaitGroup
 
 	metrics metrics
+	ledger  ledgerState
 }
 
 // New creates a Producer and its kgo client. It does not contact the
@@ -326,13 +328,21 @@ type GroupMetadata struct {
 // only if it commits. meta is that consumer's GroupMetadata. They are sent
 // at commit, before EndTxn. Empty acknowledgements add nothing.
 //
-// It fails with ErrUnsupported, sending nothing and changing nothing, if
-// a broker involved lacks KIP-1289's TxnShareAcknowledge (key 95 v0 and
-// share.version >= 3) or the transaction runs version 1. Any other
-// failure dooms the transaction, which must not commit without them: nil
-// or invalid acknowledgements, metadata of another member,
-// acknowledgements merged from two consumers, records the consumer does
-// not hold or a consumer in another mode (ErrUsage,
+// With ShareLedger, the claim ledger carries them instead of KIP-1289, on
+// any cluster: their claims join the transaction now, and the commit
+// renews their locks before EndTxn and acknowledges them after it (see
+// ShareLedger); a lock that cannot be renewed then dooms the commit
+// (ErrAbortable), and a ledger topic that cannot be created or written
+// dooms the transaction.
+//
+// Without ShareLedger it fails with ErrUnsupported, sending nothing and
+// changing nothing, if a broker involved lacks KIP-1289's
+// TxnShareAcknowledge (key 95 v0 and share.version >= 3) or the
+// transaction runs version 1; the error names ShareLedger as the way to
+// run on such a cluster. Any other failure dooms the transaction, which
+// must not commit without them: nil or invalid acknowledgements, metadata
+// of another member, acknowledgements merged from two consumers, records
+// the consumer does not hold or a consumer in another mode (ErrUsage,
 // shareconsumer.ErrNotHeld); a lock that ran out (ErrAbortable,
 // shareconsumer.ErrLockExpired); ctx ending (ErrAbortable).
 //
@@ -348,6 +358,11 @@ func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.
 	}
 	if p.closing.Load() {
 		return errClosed("send share acknowledgements to transaction")
+	}
+	if p.cfg.ledger != "" {
+		return p.txn.StageLedgerAcks(ctx, p.cfg.ledger, acks, meta, func(ctx context.Context, set *acktrack.Set) error {
+			return p.writeClaims(ctx, set, meta.GroupID)
+		})
 	}
 	return p.txn.StageShareAcks(ctx, acks, meta)
 }

@@ -183,6 +183,9 @@ func (s *session) doAck(st step) {
 		for _, srs := range st.renews.staged {
 			for _, sr := range srs {
 				sr.renewing = false
+				if sr.forceSent {
+					forcedDoneLocked(sr, jobErr)
+				}
 			}
 		}
 		s.renewRescanLocked()

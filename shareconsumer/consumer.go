@@ -17,6 +17,7 @@ import (
 	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/internal/kgoclient"
+	"github.com/kshare-go/kshare/internal/ledger"
 	"github.com/kshare-go/kshare/wire"
 )
 
@@ -98,6 +99,13 @@ type Consumer struct {
 	// startCheck logs, once, partitions the group started reading at
 	// their latest offset past earlier records (startcheck.go).
 	startCheck startCheck
+	// ledger resolves delivered records against the claim ledger
+	// (ShareLedger; nil without). ledgerReady is set once the first Poll
+	// opened it; ledgerPrunedAt is when its index was last pruned.
+	ledger         *ledger.Resolver
+	ledgerCl       *kgo.Client // the ledger's reader, closed with cl
+	ledgerReady    bool
+	ledgerPrunedAt time.Time
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
@@ -147,6 +155,19 @@ func New(opts ...Opt) (*Consumer, error) {
 		txnTimers:    make(map[*acktrack.Set]*time.Timer),
 	}
 	c.logger = cfg.conn.Logger.With("group", cfg.group, "member_id", c.memberID)
+	if cfg.ledger != "" {
+		// A client of its own: a ledger read that Poll's context cuts
+		// short closes its connection, which must not be a share
+		// session's (the broker releases a session's records when its
+		// connection closes).
+		lcl, _, err := cfg.conn.NewClient()
+		if err != nil {
+			cl.Close()
+			return nil, errs.Usage(op, fmt.Errorf("claim ledger client: %w", err))
+		}
+		c.ledgerCl = lcl
+		c.ledger = ledger.NewResolver(lcl, cfg.ledger, cfg.group, c.logger)
+	}
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.hbCtx, c.hbCancel = context.WithCancel(c.bgCtx)
 	c.reachCheck = time.AfterFunc(unreachableTimeout, c.checkReached)
@@ -322,10 +343,47 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	c.held.sweep(now, func(tp kshare.TopicPartition, n int) {
 		c.noteExpiredUnseenLocked(n, tp.Topic, tp.Partition, now)
 	})
+	if err := c.ensureLedgerLocked(ctx); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	if c.closing {
+		c.mu.Unlock()
+		return nil, errClosed(op)
+	}
 	c.startPollingLocked()
 	defer c.stopPolling()
 	for {
 		if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
+			if c.ledger != nil {
+				// Every record is resolved against the ledger, after its
+				// acquisition, before the application sees it. No session
+				// long-polls for more meanwhile.
+				c.polling = false
+				c.mu.Unlock()
+				kept, err := c.resolveFromLedger(ctx, recs)
+				c.mu.Lock()
+				switch {
+				case err != nil:
+					c.polling = false
+					c.mu.Unlock()
+					return nil, err
+				case len(kept) == 0:
+					if c.closing {
+						c.mu.Unlock()
+						return nil, errClosed(op)
+					}
+					// All were settled by the ledger: wait for more.
+					c.polling = true
+					for _, s := range c.sessOrder {
+						if s.buffered == nil {
+							s.poke()
+						}
+					}
+					continue
+				}
+				recs = kept
+			}
 			// Sessions woken to fetch again see that no Poll waits.
 			c.polling = false
 			c.mu.Unlock()
@@ -730,6 +788,9 @@ func (c *Consumer) Close(ctx context.Context) error {
 	c.bgCancel()
 	<-c.startCheck.done
 	c.cl.Close()
+	if c.ledgerCl != nil {
+		c.ledgerCl.Close()
+	}
 	c.logger.Debug("share consumer closed")
 	if len(failed) == 0 {
 		return nil

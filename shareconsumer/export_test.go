@@ -74,3 +74,12 @@ func TxnTimers(c *Consumer) int {
 	defer c.mu.Unlock()
 	return len(c.txnTimers)
 }
+
+// SetLedgerPruneEvery sets how often Poll prunes the claim index and
+// truncates the ledger, and returns the function that restores it (tests
+// only).
+func SetLedgerPruneEvery(d time.Duration) (restore func()) {
+	old := ledgerPruneEvery
+	ledgerPruneEvery = d
+	return func() { ledgerPruneEvery = old }
+}

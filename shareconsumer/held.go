@@ -1,6 +1,7 @@
 package shareconsumer
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -176,6 +177,15 @@ type stagedRec struct {
 	// stopped is set when a renewal failed: the record is TX_PENDING at
 	// the broker (its lock no longer runs) or its lock is gone.
 	stopped bool
+	// ledger: a claim ledger carries the record's acknowledgement; on
+	// commit the consumer sends it (plain ShareAcknowledge).
+	ledger bool
+	// force is the commit-time renewal (tracker.Renew) waiting for this
+	// record's next RENEW; forceSent says that the RENEW in flight was
+	// built after force was set, so that its answer is the one force
+	// waits for.
+	force     *renewWaiter
+	forceSent bool
 }
 
 // stagedAt returns the staging of the offset at idx, if it is staged.
@@ -262,6 +272,9 @@ func (h *heldSet) add(a *acquisition) {
 				continue
 			}
 			if old.staged != nil {
+				if sr := old.staged[idx]; sr != nil {
+					forcedDoneLocked(sr, fmt.Errorf("delivered again while staged: %w", ErrLockExpired))
+				}
 				old.staged[idx] = nil
 			}
 			old.set(idx, stFree)
@@ -380,6 +393,13 @@ func (h *heldSet) kill(match func(*acquisition) bool) {
 		for _, a := range p.acqs {
 			if match(a) {
 				a.dead = true
+				// A commit waiting for these locks' renewal learns now
+				// that they are gone.
+				for idx := range a.staged {
+					if sr := a.stagedAt(idx); sr != nil && sr.force != nil {
+						forcedDoneLocked(sr, fmt.Errorf("lock lost: %w", ErrLockExpired))
+					}
+				}
 			}
 		}
 	}

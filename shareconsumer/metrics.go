@@ -30,6 +30,31 @@ type Metrics struct {
 	// Released counts the records Poll returned that the consumer released
 	// (Release, an aborted transaction or checkpoint, Close).
 	Released int64
+	// ResolvedFromLedger counts delivered records (ShareLedger) that a
+	// committed claim covered: the consumer acknowledged them as the
+	// claim says instead of returning them from Poll (an earlier holder
+	// committed their output, and its acknowledgement was lost).
+	ResolvedFromLedger int64
+	// LedgerAcked counts records of committed ledger transactions that
+	// the consumer acknowledged after the commit (plain ShareAcknowledge);
+	// LedgerAckFailed counts those whose acknowledgement was not sent
+	// because the lock was gone: they come back and are resolved from the
+	// ledger.
+	LedgerAcked, LedgerAckFailed int64
+	// LedgerMalformed counts ledger records that were not claims
+	// (skipped; each logged, the first at WARN).
+	LedgerMalformed int64
+	// LedgerRanges is the number of claimed offset ranges the consumer
+	// holds in memory (claims of records the group may still deliver);
+	// LedgerTruncations counts the ledger partitions it truncated below
+	// the claims it still holds.
+	LedgerRanges      int
+	LedgerTruncations int64
+	// LedgerConflicts counts offsets that two committed claims cover:
+	// two transactions committed the same records, which the protocol
+	// rules out unless one of its assumptions failed (docs/design.md,
+	// "Exactly-once without KIP-1289"); each is logged at ERROR.
+	LedgerConflicts int64
 }
 
 // Metrics returns a snapshot of the consumer's counters.
@@ -38,8 +63,13 @@ func (c *Consumer) Metrics() Metrics {
 		return Metrics{}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.metrics
+	m := c.metrics
+	c.mu.Unlock()
+	if c.ledger != nil {
+		st := c.ledger.Stats()
+		m.LedgerMalformed, m.LedgerRanges, m.LedgerTruncations, m.LedgerConflicts = st.Malformed, st.Ranges, st.Truncated, st.Conflicts
+	}
+	return m
 }
 
 // unseenWarnEvery bounds how often expiries of records fetched ahead are

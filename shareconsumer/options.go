@@ -70,6 +70,8 @@ type config struct {
 	// form.
 	groupConfig  *GroupConfig
 	groupConfigs []kmsg.IncrementalAlterConfigsRequestResourceConfig
+	// ledger is ShareLedger: the claim ledger topic, empty for none.
+	ledger string
 }
 
 // Defaults. The fetch sizes and the wait are kgo's share-consumer defaults,
@@ -118,6 +120,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("fetch max bytes %d is not positive", c.maxBytes)
 	case c.maxPollInterval <= 0:
 		return fmt.Errorf("max poll interval %v is not positive", c.maxPollInterval)
+	case c.ledger != "" && c.mode != Transactional:
+		return fmt.Errorf("a claim ledger (ShareLedger %q) needs Transactional mode, not %v", c.ledger, c.mode)
 	}
 	for _, t := range c.topics {
 		if t == "" {

@@ -81,16 +81,34 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 	}
 	for tp, p := range s.c.held.parts {
 		for _, a := range p.acqs {
-			if a.sess != s || a.dead || a.staged == nil {
+			if a.sess != s || a.staged == nil {
+				continue
+			}
+			if a.dead {
+				for idx := range a.staged {
+					if sr := a.stagedAt(idx); sr != nil && sr.force != nil {
+						forcedDoneLocked(sr, fmt.Errorf("lock lost: %w", ErrLockExpired))
+					}
+				}
 				continue
 			}
 			for idx := range a.staged {
 				sr := a.stagedAt(idx)
+				if sr != nil && sr.stopped && !sr.renewing && sr.force != nil {
+					forcedDoneLocked(sr, fmt.Errorf("lock renewal refused: %w", ErrLockExpired))
+				}
 				if sr == nil || sr.stopped || sr.renewing {
 					continue
 				}
 				renew, expired := check(sr.deadline)
 				sr.stopped = expired
+				if sr.force != nil {
+					if expired {
+						forcedDoneLocked(sr, fmt.Errorf("lock ended at %s: %w", sr.deadline.Format(time.RFC3339Nano), ErrLockExpired))
+					} else {
+						renew = true // a commit waits for this renewal
+					}
+				}
 				if !renew {
 					continue
 				}
@@ -235,6 +253,7 @@ func (s *session) renewStepLocked(now time.Time, due renewals) step {
 		p := &jobPart{topicID: srs[0].acq.topicID}
 		for _, sr := range srs {
 			sr.renewing = true
+			sr.forceSent = sr.force != nil
 			if n := len(p.batches); n > 0 && p.batches[n-1].LastOffset == sr.off-1 {
 				p.batches[n-1].LastOffset = sr.off
 				continue
@@ -255,6 +274,7 @@ func (s *session) renewUnsupportedLocked(due renewals) {
 	for _, srs := range due.staged {
 		for _, sr := range srs {
 			sr.stopped = true
+			forcedDoneLocked(sr, fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", s.node, ErrLockExpired))
 		}
 	}
 	for _, h := range due.held {
@@ -342,6 +362,11 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 		err := failed[tp]
 		for _, sr := range srs {
 			sr.renewing = false
+			if sr.forceSent {
+				// The answer a commit waits for: this RENEW was built
+				// after the commit asked.
+				forcedDoneLocked(sr, err)
+			}
 			if err != nil {
 				sr.stopped = true
 				continue

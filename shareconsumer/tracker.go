@@ -1,6 +1,7 @@
 package shareconsumer
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -111,6 +112,15 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 	if c.cfg.mode != Transactional {
 		return errWrongMode(op, c.cfg.mode)
 	}
+	if st.Ledger != c.cfg.ledger {
+		if st.Ledger == "" {
+			return errs.Usage(op, fmt.Errorf("the consumer resolves its records against claim ledger %q (ShareLedger), so the transaction must write claims to it: give the producer or acknowledger the same ShareLedger", c.cfg.ledger))
+		}
+		if c.cfg.ledger == "" {
+			return errs.Usage(op, fmt.Errorf("the transaction writes claims to ledger %q, but the consumer does not resolve its records against a ledger, so a record whose acknowledgement is lost after the commit would be processed again: give the consumer ShareLedger(%q)", st.Ledger, st.Ledger))
+		}
+		return errs.Usage(op, fmt.Errorf("the transaction writes claims to ledger %q, the consumer resolves its records against %q: give both the same ShareLedger topic", st.Ledger, c.cfg.ledger))
+	}
 	if st.Group != c.cfg.group || st.Member != c.memberID {
 		return errs.Usage(op, fmt.Errorf("the acknowledgements are of member %s of group %q, the transaction carries member %s of group %q: pass the consumer's own GroupMetadata", c.memberID, c.cfg.group, st.Member, st.Group))
 	}
@@ -184,7 +194,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 		}
 		t.a.states[t.idx] = stStaged
 		sr := &slab[i]
-		*sr = stagedRec{unit: acks, acq: t.a, off: t.a.first + int64(t.idx), deadline: t.a.deadline}
+		*sr = stagedRec{unit: acks, acq: t.a, off: t.a.first + int64(t.idx), deadline: t.a.deadline, ledger: st.Ledger != ""}
 		t.a.staged[t.idx] = sr
 		if t.a.sess.renewDueByLocked(sr.deadline) {
 			sooner = append(sooner, t.a.sess)
@@ -248,6 +258,9 @@ func (t *tracker) Resolve(acks *acktrack.Set, committed bool) {
 func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 	now := time.Now()
 	release := make(map[*acquisition]map[int]struct{})
+	// A ledger transaction's acknowledgements are the consumer's to send
+	// once it committed: the brokers know nothing of the transaction.
+	acknowledge := make(map[*acquisition]map[int]wire.AckType)
 	n := 0
 	for _, atp := range acks.Partitions() {
 		f := finder{p: c.held.parts[kshare.TopicPartition(atp)]}
@@ -277,7 +290,20 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 				continue
 			}
 			a.staged[idx] = nil
+			forcedDoneLocked(sr, errors.New("the transaction ended"))
 			n++
+			if committed && sr.ledger {
+				if a.dead {
+					c.metrics.LedgerAckFailed++
+					a.set(idx, stFree)
+					continue
+				}
+				if acknowledge[a] == nil {
+					acknowledge[a] = make(map[int]wire.AckType)
+				}
+				acknowledge[a][idx] = wire.AckType(rec.Type)
+				continue
+			}
 			if (!committed || released[rec.Offset]) && !c.closing && !a.dead && now.Before(sr.deadline) {
 				if release[a] == nil {
 					release[a] = make(map[int]struct{})
@@ -289,6 +315,13 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 		}
 	}
 	js := jobSet{quiet: true}
+	for a, types := range acknowledge {
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			t, ok := types[idx]
+			return t, ok
+		}))
+		c.metrics.LedgerAcked += int64(len(types))
+	}
 	for a, idxs := range release {
 		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
 			_, ok := idxs[idx]

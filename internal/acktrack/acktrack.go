@@ -15,6 +15,7 @@ package acktrack
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"time"
 )
@@ -70,6 +71,36 @@ type Staging struct {
 	// resolved yet is a usage error: one Set in two transactions would
 	// be resolved by the first to end while the other still carries it.
 	Again bool
+	// Ledger names the claim ledger topic that carries the
+	// acknowledgements instead of KIP-1289 (empty: KIP-1289): the
+	// transaction writes claims for them, renews their locks through the
+	// tracker's Renewer before it commits, and on commit the tracker
+	// itself sends them as plain acknowledgements (the broker knows
+	// nothing of the transaction).
+	Ledger string
+}
+
+// Renewer is implemented by trackers that can renew the locks of staged
+// records on demand (ShareAcknowledge RENEW, KIP-1222). A transaction that
+// carries its acknowledgements in a claim ledger calls Renew after its
+// claims are durable and before EndTxn: a record whose lock cannot be
+// renewed may already be another member's, and the transaction must not
+// commit. The shareconsumer's tracker implements it; trackers that do not
+// cannot be staged with Staging.Ledger.
+type Renewer interface {
+	// Renew renews the locks of every record of acks (staged with
+	// Staging.Ledger) with a RENEW sent after the call began, and
+	// returns the records whose renewal did not succeed, each with its
+	// cause; none means all were renewed. ctx bounds the wait: records
+	// not renewed when it ends are failures.
+	Renew(ctx context.Context, acks *Set) []RenewFailure
+}
+
+// RenewFailure is one record whose lock a Renewer could not renew.
+type RenewFailure struct {
+	TopicPartition
+	Offset int64
+	Err    error
 }
 
 // Set is a set of acknowledgements: per partition, the offsets and their

@@ -174,7 +174,7 @@ func (c *Capabilities) RequireShareAcks(ctx context.Context, op string, nodes []
 		}
 	}
 	if len(problems) > 0 {
-		return errs.Unsupported(op, fmt.Errorf("broker does not support transactional share acknowledgements (KIP-1289): %s", strings.Join(problems, "; ")))
+		return errs.Unsupported(op, fmt.Errorf("broker does not support transactional share acknowledgements (KIP-1289): %s; on such a cluster name a claim ledger topic (producer.ShareLedger, with the same topic in shareconsumer.ShareLedger) to run exactly-once without KIP-1289", strings.Join(problems, "; ")))
 	}
 	return nil
 }

@@ -85,7 +85,8 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	defer cancel()
 
 	m.mu.Lock()
-	staged := len(m.txn.staged) > 0 // no more can join: the state is Committing
+	staged := m.kip1289StagedLocked() // no more can join: the state is Committing
+	ledger := m.ledgerStagedLocked()
 	m.unlock()
 	// A failed flush stops the staging: the transaction is doomed.
 	stageCtx, stopStaging := context.WithCancel(ctx)
@@ -122,6 +123,14 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	m.unlock()
 	if stageErr != nil {
 		return m.commitFailed(ctx, op, stageErr, drain)
+	}
+	if ledger {
+		// The claims are durable now (acks=all, flushed): only a lock
+		// renewed after that proves that no other member was handed the
+		// records before the claims could be seen.
+		if err := m.renewLedgerAcks(ctx); err != nil {
+			return m.commitFailed(ctx, op, err, drain)
+		}
 	}
 
 	m.mu.Lock()

@@ -25,6 +25,9 @@ import (
 type stagedAcks struct {
 	acks *acktrack.Set
 	meta kshare.ShareGroupMetadata
+	// ledger: a claim ledger carries them (StageLedgerAcks); the commit
+	// renews their locks instead of sending TxnShareAcknowledge.
+	ledger bool
 }
 
 // memberKey identifies the share-group member whose records are staged.
@@ -252,6 +255,9 @@ func (m *Manager) sendStagedShareAcks(ctx context.Context) error {
 	merged := make(map[memberKey]*acktrack.Set)
 	var members []memberKey
 	for _, s := range staged {
+		if s.ledger {
+			continue // renewed after the flush instead (renewLedgerAcks)
+		}
 		k := memberKey{s.meta.GroupID, s.meta.MemberID, s.meta.MemberEpoch}
 		if merged[k] == nil {
 			// Sets are never changed: a member's only set is sent as

@@ -1,0 +1,287 @@
+package shareconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/acktrack"
+	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/ledger"
+	"github.com/kshare-go/kshare/wire"
+)
+
+// ShareLedger names the claim ledger topic of an exactly-once pipeline on
+// a cluster without KIP-1289, in Transactional mode (New refuses it in
+// another mode: kshare.ErrUsage). Give every consumer of the group and
+// every producer or acknowledger that commits its records the same topic
+// (producer.ShareLedger, acknowledger.ShareLedger).
+//
+// With it, Poll resolves every record it is about to return against the
+// ledger: after the records were acquired, it reads the ledger partition
+// of their input partition read_committed past its high watermark (an
+// open transaction that wrote a claim before the acquisition holds the
+// read back until it ends), and a record a committed claim covers is
+// acknowledged by the consumer as the claim says (its output committed
+// earlier and its acknowledgement was lost) and counted in
+// Metrics().ResolvedFromLedger instead of being returned. Every record is
+// resolved, not only redeliveries: Kafka's delivery counts are not
+// reliable enough to tell them (docs/design.md). This costs Poll a
+// ListOffsets and a fetch of the ledger partitions involved, whose work
+// is the claims written since the last Poll.
+//
+// The first Poll creates the topic if it is missing (ledger.DefaultPartitions
+// partitions, the cluster's default replication factor); a ledger that
+// does not exist and cannot be created, or cannot be read, fails Poll with
+// kshare.ErrUsage (the records it would have returned are released).
+// Poll waits for the ledger within its context: a ctx that ends first is
+// kshare.ErrAbortable, and the records go back to the group.
+func ShareLedger(topic string) Opt { return optFunc(func(c *config) { c.ledger = topic }) }
+
+// ledgerPruneEvery is how often Poll drops claims below the group's
+// share-partition start offsets from the resolver's memory, and truncates
+// the ledger below the claims still held (a variable for tests).
+var ledgerPruneEvery = 30 * time.Second
+
+// ledgerPruneTimeout bounds one prune: it is housekeeping, and a Poll
+// must not wait long for it.
+const ledgerPruneTimeout = 5 * time.Second
+
+// ensureLedgerLocked opens the claim ledger once, creating it if missing,
+// with c.mu held (it is released meanwhile).
+func (c *Consumer) ensureLedgerLocked(ctx context.Context) error {
+	if c.ledger == nil || c.ledgerReady {
+		return nil
+	}
+	c.mu.Unlock()
+	_, err := c.ledger.Ensure(ctx, true, 0)
+	c.mu.Lock()
+	if err != nil {
+		return err
+	}
+	c.ledgerReady = true
+	return nil
+}
+
+// resolveFromLedger resolves records Poll took against the claim ledger
+// and returns those that no committed claim covers, for the application.
+// It runs without c.mu. The covered ones are acknowledged as their claims
+// say. On an error every record is released and the error returned.
+func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
+	const op = "poll"
+	n := c.ledger.Partitions()
+	if n <= 0 { // Ensure succeeded, so this does not happen
+		_, _ = c.Release(recs)
+		return nil, errs.Usage(op, fmt.Errorf("claim ledger %q has no partitions", c.ledger.Topic()))
+	}
+	c.mu.Lock()
+	inputs := make([]ledger.Input, len(recs))
+	parts := make(map[int32]bool)
+	for i, r := range recs {
+		inputs[i] = ledger.Input{Group: c.cfg.group, TopicID: c.topicIDs[r.Topic], Partition: r.Partition}
+		parts[inputs[i].LedgerPartition(n)] = true
+	}
+	prune := time.Since(c.ledgerPrunedAt) >= ledgerPruneEvery
+	if prune {
+		c.ledgerPrunedAt = time.Now()
+	}
+	c.mu.Unlock()
+	list := make([]int32, 0, len(parts))
+	for p := range parts {
+		list = append(list, p)
+	}
+	if err := c.ledger.CatchUp(ctx, list); err != nil {
+		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
+			c.logger.Debug("releasing records after a ledger failure", "err", rerr)
+		}
+		class := errs.ClassOf(err)
+		if class == nil {
+			class = kshare.ErrAbortable
+		}
+		return nil, errs.New(class, op, fmt.Errorf("resolving records against the claim ledger: %w", err))
+	}
+	var kept []*kgo.Record
+	covered := make(map[*kgo.Record]wire.AckType)
+	for i, r := range recs {
+		if typ, ok := c.ledger.Lookup(inputs[i], r.Offset); ok {
+			covered[r] = wire.AckType(typ)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if prune {
+		// After the lookups: the start offsets it reads are at most the
+		// offsets of the records just resolved (they are acquired), so
+		// pruning never drops a claim these records needed anyway.
+		pctx, cancel := context.WithTimeout(ctx, ledgerPruneTimeout)
+		if err := c.ledger.PruneGroup(pctx, c.cfg.group); err != nil {
+			c.logger.Debug("could not prune the claim index; trying again later", "err", err)
+		} else if err := c.ledger.Truncate(pctx); err != nil {
+			c.logger.Debug("could not truncate the claim ledger; trying again later", "err", err)
+		}
+		cancel()
+	}
+	if len(covered) > 0 {
+		c.mu.Lock()
+		n := c.settleDeliveredLocked(covered)
+		c.metrics.ResolvedFromLedger += int64(n)
+		c.metrics.RecordsDelivered -= int64(len(covered)) // counted as Poll took them; never returned
+		c.mu.Unlock()
+		c.logger.Debug("records resolved from the claim ledger", "records", n)
+	}
+	return kept, nil
+}
+
+// settleDeliveredLocked acknowledges delivered records, each with its
+// type, with a plain ShareAcknowledge in the background, and returns how
+// many it acknowledged (records no longer held under the same delivery
+// are skipped).
+func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int {
+	now := time.Now()
+	picked := make(map[*acquisition]map[int]wire.AckType)
+	n := 0
+	for r, t := range types {
+		a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+		if !ok || a.states[idx] != stDelivered || !a.usable(now) {
+			continue
+		}
+		if d := deliveryOf(r); d != nil && d != a.delivery {
+			continue
+		}
+		if picked[a] == nil {
+			picked[a] = make(map[int]wire.AckType)
+		}
+		picked[a][idx] = t
+		n++
+	}
+	js := jobSet{quiet: true}
+	for a, idxs := range picked {
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			t, ok := idxs[idx]
+			return t, ok
+		}))
+		c.held.compact(a.tp)
+	}
+	c.queueLocked(js)
+	return n
+}
+
+// renewRecheck is how often a commit-time renewal checks that the records
+// it waits for are still staged and their locks not known lost.
+const renewRecheck = 250 * time.Millisecond
+
+// renewWaiter is one commit-time renewal (tracker.Renew): it waits for a
+// RENEW, sent after the call, of each of its records.
+type renewWaiter struct {
+	recs    []*stagedRec
+	pending int
+	failed  []acktrack.RenewFailure
+	done    chan struct{}
+}
+
+// forcedDoneLocked reports the outcome of sr's commit-time renewal, if one
+// waits for it: err nil for renewed.
+func forcedDoneLocked(sr *stagedRec, err error) {
+	w := sr.force
+	if w == nil {
+		return
+	}
+	sr.force, sr.forceSent = nil, false
+	if err != nil {
+		w.failed = append(w.failed, acktrack.RenewFailure{TopicPartition: acktrack.TopicPartition(sr.acq.tp), Offset: sr.off, Err: err})
+	}
+	w.pending--
+	if w.pending == 0 {
+		close(w.done)
+	}
+}
+
+// Renew implements acktrack.Renewer: a ledger transaction's commit asks
+// for the locks of its staged records to be renewed by a RENEW sent now,
+// after its claims are durable. It waits, within ctx, for the answer for
+// every record and returns the records that were not renewed: no longer
+// staged in acks, their lock gone or refused by the leader
+// (INVALID_RECORD_STATE once the lock ran out or another member holds
+// the record, NOT_LEADER after a leader move), the session reset, the
+// broker unable to renew, or ctx ending first.
+func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.RenewFailure {
+	c := (*Consumer)(t)
+	w := &renewWaiter{done: make(chan struct{})}
+	var failed []acktrack.RenewFailure
+	now := time.Now()
+	c.mu.Lock()
+	sessions := make(map[*session]bool)
+	for _, atp := range acks.Partitions() {
+		f := finder{p: c.held.parts[kshare.TopicPartition(atp)]}
+		for _, rec := range acks.Records(atp) {
+			fail := func(err error) {
+				failed = append(failed, acktrack.RenewFailure{TopicPartition: atp, Offset: rec.Offset, Err: err})
+			}
+			a, idx, ok := f.find(rec.Offset)
+			sr := stagedOf(a, idx, ok)
+			switch {
+			case sr == nil || sr.unit != acks:
+				fail(fmt.Errorf("no longer staged in this transaction: %w", ErrLockExpired))
+				continue
+			case sr.force == w:
+				continue // listed twice
+			case a.dead || sr.stopped:
+				fail(fmt.Errorf("lock lost or renewal refused before the commit: %w", ErrLockExpired))
+				continue
+			case !now.Before(sr.deadline):
+				fail(fmt.Errorf("lock ended at %s%s: %w", sr.deadline.Format(time.RFC3339Nano), c.renewHintLocked(a), ErrLockExpired))
+				continue
+			}
+			if sr.force != nil {
+				forcedDoneLocked(sr, errors.New("superseded by another renewal"))
+			}
+			sr.force, sr.forceSent = w, false
+			w.recs = append(w.recs, sr)
+			w.pending++
+			sessions[a.sess] = true
+		}
+	}
+	if w.pending == 0 {
+		c.mu.Unlock()
+		return failed
+	}
+	for s := range sessions {
+		s.renewRescanLocked()
+		s.poke()
+	}
+	c.mu.Unlock()
+	// The sessions report every outcome; the recheck is a safety net that
+	// fails records whose staging ended in a way no session step reports
+	// (their acquisition dropped), rather than holding the commit until
+	// ctx ends.
+	recheck := time.NewTicker(renewRecheck)
+	defer recheck.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-w.done:
+			waiting = false
+		case <-ctx.Done():
+			waiting = false
+		case <-recheck.C:
+			c.mu.Lock()
+			for _, sr := range w.recs {
+				if sr.force == w && (sr.acq.dead || sr.acq.stagedAt(int(sr.off-sr.acq.first)) != sr) {
+					forcedDoneLocked(sr, fmt.Errorf("lock lost or staging ended: %w", ErrLockExpired))
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sr := range w.recs {
+		if sr.force == w {
+			forcedDoneLocked(sr, fmt.Errorf("no renewal answer before the commit gave up: %w", context.Cause(ctx)))
+		}
+	}
+	return append(failed, w.failed...)
+}
