@@ -61,6 +61,7 @@ func newReader(ctx context.Context, r eos.Reader) (eos.SourceReader, error) {
 		shareconsumer.Mode(shareconsumer.Transactional), // never acknowledges by itself
 		shareconsumer.MaxWait(250*time.Millisecond),
 		shareconsumer.Logger(r.Logger),
+		shareconsumer.ShareLedger(r.Ledger),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("share consumer: %w", err)
@@ -70,6 +71,7 @@ func newReader(ctx context.Context, r eos.Reader) (eos.SourceReader, error) {
 		acknowledger.TransactionalID(r.TransactionalID),
 		acknowledger.TransactionTimeout(r.TxnTimeout),
 		acknowledger.Logger(r.Logger),
+		acknowledger.ShareLedger(r.Ledger),
 	)
 	if err != nil {
 		cons.Close(ctx)

@@ -43,6 +43,7 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 		shareconsumer.MaxPollRecords(int32(w.TxnSize)),
 		shareconsumer.MaxWait(250*time.Millisecond),
 		shareconsumer.Logger(w.Logger),
+		shareconsumer.ShareLedger(w.Ledger), // "": KIP-1289; a topic: the claim ledger
 	)
 	if err != nil {
 		return fmt.Errorf("share consumer: %w", err)
@@ -52,6 +53,7 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 		producer.TransactionalID(w.TransactionalID),
 		producer.TransactionTimeout(w.TxnTimeout),
 		producer.Logger(w.Logger),
+		producer.ShareLedger(w.Ledger),
 	)
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)

@@ -18,6 +18,9 @@ type CheckpointConfig struct {
 	Seeds []string
 	Input string // created with InputPartitions partitions
 	Group string
+	// Ledger is the claim ledger topic the readers commit through ("":
+	// KIP-1289).
+	Ledger string
 
 	InputPartitions int32
 	Records         int

@@ -58,8 +58,11 @@ type Reader struct {
 	Seeds           []string
 	Group, Input    string
 	TransactionalID string
-	TxnTimeout      time.Duration
-	Logger          *slog.Logger
+	// Ledger is the claim ledger topic ("": KIP-1289): the consumer and
+	// the acknowledger name it (ShareLedger).
+	Ledger     string
+	TxnTimeout time.Duration
+	Logger     *slog.Logger
 	// Sink is the downstream system: output committed there is final.
 	Sink *Sink
 	// Hooks are the harness's; a nil *ReaderHooks does nothing.
@@ -191,6 +194,7 @@ func (t *readerTask) run(ctx context.Context, newReader NewReader) error {
 		Group:           t.cfg.Group,
 		Input:           t.cfg.Input,
 		TransactionalID: fmt.Sprintf("%s-reader-%d", t.cfg.Group, t.index),
+		Ledger:          t.cfg.Ledger,
 		TxnTimeout:      t.cfg.TxnTimeout,
 		Logger:          t.log,
 		Sink:            t.sink,

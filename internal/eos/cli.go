@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
 )
 
@@ -51,9 +52,12 @@ type Flags struct {
 	RejectEvery  int
 	LockDuration time.Duration
 	MaxDuration  time.Duration
-	Faults       bool
-	JSON         bool
-	LogLevel     string
+	// Ledger names the claim ledger topic ("": none): exactly-once
+	// without KIP-1289.
+	Ledger   string
+	Faults   bool
+	JSON     bool
+	LogLevel string
 }
 
 // Env is what Main hands a command's Run: the cluster, a logger, and
@@ -111,6 +115,7 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.Records, "records", 100000, "input records to write and process, at least 1")
 	fs.IntVar(&f.RejectEvery, "reject-every", 0, "write every `n`-th input as a poison record that the pipeline rejects on purpose:\nit is archived, has no output and is counted (0: none; else at least 2)")
 	fs.DurationVar(&f.LockDuration, "lock-duration", cmd.LockDuration, "the group's share.record.lock.duration.ms, positive\n(default with -brokers: 15s, the least Apache Kafka accepts by default)")
+	fs.StringVar(&f.Ledger, "ledger", "", "claim ledger `topic`: exactly-once without KIP-1289 (Apache Kafka as released); every transaction claims its\ninputs there, and a redelivered input already committed is settled from the ledger (created if missing)")
 	fs.BoolVar(&f.Faults, "faults", true, "inject the faults described above while running; -faults=false runs the pipeline alone")
 	fs.DurationVar(&f.MaxDuration, "max-duration", 15*time.Minute, "stop after this long, setup and input included, and report what was processed (verdict INCOMPLETE), positive")
 	fs.BoolVar(&f.JSON, "json", false, "write the report as one JSON document on stdout (fields \"verdict\" and \"ok\" carry the verdict);\nprogress and the verdict line go to stderr")
@@ -151,6 +156,9 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			code, verdict = ExitIncomplete, VerdictIncomplete
 			err = fmt.Errorf("stopped by %v before the pipeline ran: %w", context.Cause(ctx), err)
+		}
+		if errors.Is(err, kshare.ErrUnsupported) && f.Ledger == "" {
+			err = fmt.Errorf("%w\n(on a cluster without KIP-1289, run with -ledger TOPIC: exactly-once through a claim ledger)", err)
 		}
 		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name, err)
 		if f.JSON {

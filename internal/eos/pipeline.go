@@ -21,6 +21,9 @@ type Config struct {
 	Output string
 	// Group is the share group the workers consume Input in.
 	Group string
+	// Ledger is the claim ledger topic the workers commit through ("":
+	// KIP-1289).
+	Ledger string
 
 	// InputPartitions is the partition count of both topics (default 6).
 	InputPartitions int32

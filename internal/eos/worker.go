@@ -33,9 +33,12 @@ type Worker struct {
 	// also carry the acknowledgements of their input.
 	Group, Input, Output string
 	TransactionalID      string
-	TxnSize              int
-	TxnTimeout           time.Duration
-	Logger               *slog.Logger
+	// Ledger is the claim ledger topic ("": KIP-1289): both the consumer
+	// and the producer name it (ShareLedger).
+	Ledger     string
+	TxnSize    int
+	TxnTimeout time.Duration
+	Logger     *slog.Logger
 	// Hooks are the harness's; a nil *Hooks does nothing.
 	Hooks *Hooks
 }
@@ -479,6 +482,7 @@ func (in *instance) worker() Worker {
 		Input:           cfg.Input,
 		Output:          cfg.Output,
 		TransactionalID: in.slot.txnID,
+		Ledger:          cfg.Ledger,
 		TxnSize:         cfg.TxnSize,
 		TxnTimeout:      cfg.TxnTimeout,
 		Logger:          in.log,
