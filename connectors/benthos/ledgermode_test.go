@@ -134,7 +134,7 @@ func TestLedgerKilledAfterCommitRestarts(t *testing.T) {
 // inputOf builds the kshare_share input of a pipeline config, unconnected.
 func inputOf(t *testing.T, yaml string) *shareInput {
 	t.Helper()
-	section := yaml[strings.Index(yaml, "  kshare_share:\n")+len("  kshare_share:\n"):strings.Index(yaml, "\npipeline:")]
+	section := yaml[strings.Index(yaml, "  kshare_share:\n")+len("  kshare_share:\n") : strings.Index(yaml, "\npipeline:")]
 	lines := strings.Split(section, "\n")
 	for i, l := range lines {
 		lines[i] = strings.TrimPrefix(l, "    ")
