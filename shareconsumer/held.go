@@ -393,6 +393,13 @@ func (h *heldSet) kill(match func(*acquisition) bool) {
 		for _, a := range p.acqs {
 			if match(a) {
 				a.dead = true
+				// A commit waiting for these locks' renewal learns now
+				// that they are gone.
+				for idx := range a.staged {
+					if sr := a.stagedAt(idx); sr != nil && sr.force != nil {
+						forcedDoneLocked(sr, fmt.Errorf("lock lost: %w", ErrLockExpired))
+					}
+				}
 			}
 		}
 	}

@@ -74,6 +74,10 @@ func (c *Consumer) ensureLedgerLocked(ctx context.Context) error {
 func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
 	const op = "poll"
 	n := c.ledger.Partitions()
+	if n <= 0 { // Ensure succeeded, so this does not happen
+		_, _ = c.Release(recs)
+		return nil, errs.Usage(op, fmt.Errorf("claim ledger %q has no partitions", c.ledger.Topic()))
+	}
 	c.mu.Lock()
 	inputs := make([]ledger.Input, len(recs))
 	parts := make(map[int32]bool)
@@ -94,7 +98,11 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
 			c.logger.Debug("releasing records after a ledger failure", "err", rerr)
 		}
-		return nil, errs.New(errs.ClassOf(err), op, fmt.Errorf("resolving records against the claim ledger: %w", err))
+		class := errs.ClassOf(err)
+		if class == nil {
+			class = kshare.ErrAbortable
+		}
+		return nil, errs.New(class, op, fmt.Errorf("resolving records against the claim ledger: %w", err))
 	}
 	var kept []*kgo.Record
 	covered := make(map[*kgo.Record]wire.AckType)
@@ -121,6 +129,7 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		c.mu.Lock()
 		n := c.settleDeliveredLocked(covered)
 		c.metrics.ResolvedFromLedger += int64(n)
+		c.metrics.RecordsDelivered -= int64(len(covered)) // counted as Poll took them; never returned
 		c.mu.Unlock()
 		c.logger.Debug("records resolved from the claim ledger", "records", n)
 	}
@@ -160,6 +169,10 @@ func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int
 	c.queueLocked(js)
 	return n
 }
+
+// renewRecheck is how often a commit-time renewal checks that the records
+// it waits for are still staged and their locks not known lost.
+const renewRecheck = 250 * time.Millisecond
 
 // renewWaiter is one commit-time renewal (tracker.Renew): it waits for a
 // RENEW, sent after the call, of each of its records.
@@ -241,9 +254,27 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 		s.poke()
 	}
 	c.mu.Unlock()
-	select {
-	case <-w.done:
-	case <-ctx.Done():
+	// The sessions report every outcome; the recheck is a safety net that
+	// fails records whose staging ended in a way no session step reports
+	// (their acquisition dropped), rather than holding the commit until
+	// ctx ends.
+	recheck := time.NewTicker(renewRecheck)
+	defer recheck.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-w.done:
+			waiting = false
+		case <-ctx.Done():
+			waiting = false
+		case <-recheck.C:
+			c.mu.Lock()
+			for _, sr := range w.recs {
+				if sr.force == w && (sr.acq.dead || sr.acq.stagedAt(int(sr.off-sr.acq.first)) != sr) {
+					forcedDoneLocked(sr, fmt.Errorf("lock lost or staging ended: %w", ErrLockExpired))
+				}
+			}
+			c.mu.Unlock()
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

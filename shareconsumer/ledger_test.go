@@ -80,11 +80,16 @@ func TestLedgerLoopExactlyOnce(t *testing.T) {
 			for ctx.Err() == nil {
 				recs, err := c.Poll(ctx)
 				if err != nil {
-					continue // ctx ended, or an abortable hiccup
+					if ctx.Err() == nil {
+						t.Logf("worker %d: poll: %v", w, err) // abortable hiccups pass
+					}
+					continue
 				}
 				if err := process(ctx, t, p, c, recs); err != nil {
 					if ctx.Err() == nil {
 						t.Errorf("worker %d: %v", w, err)
+					} else {
+						t.Logf("worker %d: transaction at the end: %v", w, err)
 					}
 					actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 					_ = p.AbortTransaction(actx)

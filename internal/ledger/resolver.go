@@ -266,15 +266,22 @@ func (r *Resolver) readToLocked(ctx context.Context, p int32, mark int64) error 
 	}
 	bo := retry.WithContext(ctx)
 	wait := int32(0)
+	failures := 0
 	for pr.next < mark {
 		moved, err := r.fetchLocked(ctx, p, pr, wait)
 		switch {
 		case err != nil:
 			d := bo.NextBackOff()
-			if d < 0 || ctx.Err() != nil {
+			var ke *kerr.Error
+			if d < 0 || ctx.Err() != nil || (errors.As(err, &ke) && !ke.Retriable && ke != kerr.NotLeaderForPartition && ke != kerr.UnknownTopicOrPartition) {
 				return fmt.Errorf("partition %d at offset %d: %w", p, pr.next, err)
 			}
-			r.logger.Debug("ledger fetch failed; retrying", "partition", p, "err", err)
+			failures++
+			lvl := slog.LevelDebug
+			if failures == 5 {
+				lvl = slog.LevelWarn // it is not passing
+			}
+			r.logger.Log(ctx, lvl, "ledger fetch failed; retrying", "partition", p, "offset", pr.next, "mark", mark, "failures", failures, "err", err)
 			if rerr := r.refreshLocked(ctx); rerr != nil {
 				r.logger.Debug("ledger metadata refresh failed", "err", rerr)
 			}
@@ -285,10 +292,13 @@ func (r *Resolver) readToLocked(ctx context.Context, p int32, mark int64) error 
 			}
 		case moved:
 			bo.Reset()
-			wait = 0
+			wait, failures = 0, 0
 		default:
 			// An open transaction holds the last stable offset below the
 			// mark: wait at the leader for it to end.
+			if wait == 0 {
+				r.logger.Debug("ledger read waits for an open transaction", "partition", p, "at", pr.next, "mark", mark)
+			}
 			wait = int32(catchUpWait / time.Millisecond)
 		}
 	}
@@ -336,12 +346,28 @@ func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, wai
 		return false, errors.New("fetch answer without the partition")
 	}
 	part := &resp.Topics[0].Partitions[0]
-	if part.ErrorCode == kerr.OffsetOutOfRange.Code && part.LogStartOffset > pr.next {
-		// The ledger was truncated below its log start offset, which the
-		// SDK does only below claims no delivered record needs.
-		r.logger.Info("ledger position was below the log start offset; skipping ahead", "partition", p, "from", pr.next, "to", part.LogStartOffset)
-		pr.next = part.LogStartOffset
-		return true, nil
+	if part.ErrorCode == kerr.OffsetOutOfRange.Code {
+		// Another reader of the group truncated the ledger past this
+		// reader's position, which it does only below claims no record
+		// the group may still deliver needs: skip to the log start.
+		// (The answer leaves the log start offset at -1: ask for it.)
+		start := part.LogStartOffset
+		if start <= pr.next {
+			starts, err := r.adm.ListStartOffsets(ctx, r.topic)
+			if err != nil {
+				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %w", err)
+			}
+			o, ok := starts.Lookup(r.topic, p)
+			if !ok || o.Err != nil {
+				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %v", o.Err)
+			}
+			start = o.Offset
+		}
+		if start > pr.next {
+			r.logger.Info("ledger position was below the log start offset; skipping ahead", "partition", p, "from", pr.next, "to", start)
+			pr.next = start
+			return true, nil
+		}
 	}
 	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
 		return false, err

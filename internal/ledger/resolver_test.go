@@ -108,6 +108,10 @@ func TestResolverReadsCommittedClaims(t *testing.T) {
 	all, _ := starts.Lookup("claims", part)
 	require.Equal(t, end.Offset, all.Offset, "nothing held: truncated to the position")
 	require.NoError(t, r.CatchUp(ctx, []int32{part}), "a reader past the truncation reads on")
+	fresh := ledger.NewResolver(testkit.Client(t, c.Bootstrap()), "claims", "g", testkit.Logger())
+	_, err = fresh.Ensure(ctx, false, 0)
+	require.NoError(t, err)
+	require.NoError(t, fresh.CatchUp(ctx, []int32{part}), "a reader below another reader's truncation skips to the log start")
 
 	// A claim of another group is not indexed, and keeps the partition
 	// from being truncated.
