@@ -25,7 +25,18 @@ const (
 	fClientID    = "client_id"
 	fTLS         = "tls"
 	fSASL        = "sasl"
+	fLedgerTopic = "ledger_topic"
 )
+
+// ledgerTopicField is the field both plugins have that turns on the claim
+// ledger: exactly-once on a cluster without KIP-1289 (Apache Kafka 4.2 and
+// later as released). The input and every output that writes its
+// messages must name the same topic.
+func ledgerTopicField() *service.ConfigField {
+	return service.NewStringField(fLedgerTopic).
+		Description("The claim ledger topic, for exactly-once on a cluster without KIP-1289 (Apache Kafka as released): every transaction writes a claim for the records it acknowledges to this topic, and a record delivered again after its acknowledgement was lost is resolved from the committed claims instead of being processed twice. Give the `kshare_share` input and every `kshare_txn` output that writes its messages the same topic; it is created if missing. Empty: acknowledgements commit with KIP-1289, and a cluster without it is refused at connect.").
+		Default("").Example("claims")
+}
 
 func clientFields() []*service.ConfigField {
 	return []*service.ConfigField{

@@ -140,6 +140,7 @@ This input adds the following metadata fields to each message:
 				Default("30s").Advanced(),
 			service.NewBatchPolicyField(fBatching).
 				Description("Groups records into batches. With no policy, each batch is what one poll returned."),
+			ledgerTopicField(),
 		)
 }
 
@@ -155,6 +156,7 @@ type inputConfig struct {
 	rejectAfter int
 	txnTimeout  time.Duration
 	batching    service.BatchPolicy
+	ledgerTopic string // "": KIP-1289
 }
 
 func parseInputConfig(conf *service.ParsedConfig) (inputConfig, error) {
@@ -227,6 +229,9 @@ func parseInputConfig(conf *service.ParsedConfig) (inputConfig, error) {
 	}
 	if c.batching.Count < 0 || c.batching.ByteSize < 0 {
 		return c, fmt.Errorf("%s: count and byte_size must not be negative", fBatching)
+	}
+	if c.ledgerTopic, err = conf.FieldString(fLedgerTopic); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -323,6 +328,7 @@ func (in *shareInput) Connect(ctx context.Context) error {
 		shareconsumer.MaxWait(c.maxWait),
 		shareconsumer.KgoOpts(c.client.kgoOpts()...),
 		shareconsumer.Logger(logger),
+		shareconsumer.ShareLedger(c.ledgerTopic),
 	}
 	if c.groupConfig != (shareconsumer.GroupConfig{}) {
 		copts = append(copts, shareconsumer.SetGroupConfig(c.groupConfig))
@@ -333,6 +339,7 @@ func (in *shareInput) Connect(ctx context.Context) error {
 		acknowledger.TransactionTimeout(c.txnTimeout),
 		acknowledger.KgoOpts(c.client.kgoOpts()...),
 		acknowledger.Logger(logger),
+		acknowledger.ShareLedger(c.ledgerTopic),
 	}
 	if c.client.tls != nil {
 		copts = append(copts, shareconsumer.DialTLSConfig(c.client.tls))
@@ -377,7 +384,7 @@ func (in *shareInput) Connect(ctx context.Context) error {
 func explain(err error) error {
 	switch {
 	case errors.Is(err, kshare.ErrUnsupported):
-		return fmt.Errorf("the cluster does not serve transactional share acknowledgements (KIP-1289), which exactly-once needs: %w", err)
+		return fmt.Errorf("the cluster does not serve transactional share acknowledgements (KIP-1289); for exactly-once on it, give the input and its outputs the same %s: %w", fLedgerTopic, err)
 	case errors.Is(err, kshare.ErrFatal):
 		return fmt.Errorf("%w (fenced by a newer instance with the same transactional_id, not authorized, or a transaction_timeout above the broker's maximum)", err)
 	}

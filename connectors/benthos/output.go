@@ -90,6 +90,7 @@ Topic, key, partition and timestamp are interpolated per message; the
 			service.NewDurationField(fCommitTimeout).
 				Description("The transaction timeout of the producer. It also bounds each batch: a transaction that has not committed by then is aborted, and an in-doubt commit is learned within it.").
 				Default("30s"),
+			ledgerTopicField(),
 			service.NewOutputMaxInFlightField().Default(1),
 			service.NewBatchPolicyField("batching"),
 		)
@@ -111,6 +112,7 @@ type outputConfig struct {
 	autoTopics  bool
 	timeout     time.Duration
 	inFlight    int
+	ledgerTopic string // "": KIP-1289
 }
 
 func parseOutputConfig(conf *service.ParsedConfig) (outputConfig, error) {
@@ -130,6 +132,9 @@ func parseOutputConfig(conf *service.ParsedConfig) (outputConfig, error) {
 	}
 	if topic, static := c.topic.Static(); static && strings.TrimSpace(topic) == "" {
 		return c, fmt.Errorf("%s: required, and must not be empty", fTopic)
+	}
+	if c.ledgerTopic, err = conf.FieldString(fLedgerTopic); err != nil {
+		return c, err
 	}
 	if conf.Contains(fKey) {
 		if c.key, err = conf.FieldInterpolatedString(fKey); err != nil {
@@ -293,6 +298,7 @@ func (o *txnOutput) newProducer(ctx context.Context, id string) (*txnProducer, e
 		producer.TransactionTimeout(c.timeout),
 		producer.KgoOpts(c.client.kgoOpts()...),
 		producer.Logger(slogFor(o.log)),
+		producer.ShareLedger(c.ledgerTopic),
 	}
 	if c.partitioner != nil {
 		opts = append(opts, producer.Partitioner(c.partitioner))
