@@ -12,15 +12,39 @@ import (
 // startOffsets returns the group's share-partition start offsets of
 // topic: every record below one is acknowledged, rejected or archived.
 func startOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	return StartOffsets(ctx, adm, group, topic)
+}
+
+// StartOffsets returns, for each partition of topic the share group has
+// started, the offset below which every record is acknowledged, rejected
+// or archived. It is the share-partition start offset the group
+// describes, except where that is known to be stale: Kafka 4.4 persists
+// the start offset one state write behind (after a partition's last
+// acknowledgement it stays below it until something else is written
+// there), while the lag it describes is current; a partition with no lag
+// is done up to its last stable offset.
+func StartOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
 	described, err := adm.DescribeShareGroupOffsets(ctx, group)
 	if err != nil {
 		return nil, fmt.Errorf("share-group offsets of %s: %w", group, err)
 	}
+	var stable kadm.ListedOffsets
 	out := map[int32]int64{}
-	d := described[group]
-	for p, o := range d.Offsets[topic] {
-		if o.Err == nil && o.StartOffset >= 0 {
-			out[p] = o.StartOffset
+	for p, o := range described[group].Offsets[topic] {
+		if o.Err != nil || o.StartOffset < 0 {
+			continue
+		}
+		out[p] = o.StartOffset
+		if o.Lag != 0 {
+			continue
+		}
+		if stable == nil {
+			if stable, err = adm.ListCommittedOffsets(ctx, topic); err != nil {
+				return nil, fmt.Errorf("last stable offsets of %s: %w", topic, err)
+			}
+		}
+		if l, ok := stable.Lookup(topic, p); ok && l.Err == nil && l.Offset > o.StartOffset {
+			out[p] = l.Offset
 		}
 	}
 	return out, nil
