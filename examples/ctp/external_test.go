@@ -52,8 +52,15 @@ func TestExternalBrokerFlagMixes(t *testing.T) {
 		{"16 consumers", []string{"-records", "3000", "-consumers", "16"}},
 		{"one record per transaction", []string{"-records", "600", "-txn-size", "1"}},
 		{"rejects", []string{"-records", "3000", "-reject-every", "3"}},
-		{"aborts", []string{"-records", "3000", "-abort-every", "2"}},
-		{"all together", []string{"-records", "600", "-consumers", "16", "-txn-size", "1", "-reject-every", "3", "-abort-every", "2"}},
+		// Aborts every fifth transaction, not every second: with every
+		// second one aborted, a record lands in an aborted transaction
+		// at about half its deliveries, so a few of 600 reach the
+		// delivery limit (10) by chance, and one whose last delivery an
+		// injected fault ended makes the verdict FAILED (archived after
+		// failures) in some runs. At a fifth, nine aborted deliveries in
+		// a row come about once in two million records.
+		{"aborts", []string{"-records", "3000", "-abort-every", "5"}},
+		{"all together", []string{"-records", "600", "-consumers", "16", "-txn-size", "1", "-reject-every", "3", "-abort-every", "5"}},
 	} {
 		t.Run(mix.name, func(t *testing.T) {
 			t.Parallel()
