@@ -24,12 +24,17 @@ import (
 // its connections close, the new producers fence the old ones and abort
 // what they left open, and records whose commit went through but whose
 // acknowledgement did not are resolved from the ledger.
-func TestLedgerOnRealKafkaKilledAndRestarted(t *testing.T) {
+// realKafkaLedgerRun creates, on the two-node Apache Kafka CI starts,
+// the input, output and ledger topics of a ledger copy pipeline (three
+// partitions, two replicas each), writes n inputs (every tenth poison),
+// and returns the run, its pipeline config and the run's context.
+func realKafkaLedgerRun(t *testing.T, prefix string, n int) (context.Context, *run, string) {
+	t.Helper()
 	two := kafkatest.Bootstrap2(t)
-	const n, every, partitions = 3000, 10, 3
+	const every, partitions = 10, 3
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	name := fmt.Sprintf("benthos-ledger-%d", time.Now().UnixNano())
+	t.Cleanup(cancel)
+	name := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 	admin := testkit.Client(t, two.Seeds)
 	c := &cluster{seeds: two.Seeds, admin: admin}
 	r := &run{
@@ -51,7 +56,27 @@ func TestLedgerOnRealKafkaKilledAndRestarted(t *testing.T) {
 	yaml := strings.Replace(basicPipeline, "\n    - mapping: root = content()\n", dropPoison, 1)
 	yaml = strings.Replace(yaml, "    auto_offset_reset: earliest\n", "    auto_offset_reset: earliest\n    record_lock_duration: 5s\n    transaction_timeout: 10s\n", 1)
 	yaml = strings.Replace(yaml, "    transactional_id: $OUTTXN\n", "    transactional_id: $OUTTXN\n    commit_timeout: 5s\n", 1)
-	yaml = withLedger(t, yaml, ledgerTopic)
+	return ctx, r, withLedger(t, yaml, ledgerTopic)
+}
+
+// TestLedgerOnRealKafkaPlain runs the ledger copy pipeline of
+// TestLedgerOnRealKafkaKilledAndRestarted on the two-node Apache Kafka
+// cluster without killing it: the run completes exactly once.
+func TestLedgerOnRealKafkaPlain(t *testing.T) {
+	const n, every = 3000, 10
+	_, r, yaml := realKafkaLedgerRun(t, "benthos-ledgerplain", n)
+	began := time.Now()
+	p := start(t, testEnv(t, &observed{}, nil), r.yaml(yaml))
+	r.waitAcknowledged(t, 3*time.Minute)
+	p.stop(t, 30*time.Second)
+	res := r.verify(t, nil, time.Since(began))
+	requireExactlyOnce(t, res)
+	require.Equal(t, n/every, res.Rejected)
+}
+
+func TestLedgerOnRealKafkaKilledAndRestarted(t *testing.T) {
+	const n, every = 3000, 10
+	ctx, r, yaml := realKafkaLedgerRun(t, "benthos-ledger", n)
 	began := time.Now()
 
 	ks := useKillSwitch(t)
