@@ -168,7 +168,7 @@ func (a *acker) commit(reqs []*ackReq) error {
 	}
 	switch {
 	case err == nil:
-		a.ledger.settle(all, a, committed)
+		a.settleCommitted(accept, release, reject)
 		a.metrics.accepted.add(len(accept))
 		a.metrics.released.add(len(release))
 		a.metrics.rejected.add(len(reject))
@@ -181,7 +181,7 @@ func (a *acker) commit(reqs []*ackReq) error {
 			aerr := a.ack.AbortAcknowledgements(ctx)
 			switch {
 			case errors.Is(aerr, kshare.ErrCommitted):
-				a.ledger.settle(all, a, committed)
+				a.settleCommitted(accept, release, reject)
 				a.metrics.accepted.add(len(accept))
 				a.metrics.released.add(len(release))
 				a.metrics.rejected.add(len(reject))
@@ -211,6 +211,17 @@ func (a *acker) commit(reqs []*ackReq) error {
 		a.log.Warnf("kshare_share: acknowledgement-only transaction of %d records aborted; they come back to the group: %v", len(all), err)
 		return fmt.Errorf("kshare_share: acknowledgement-only transaction aborted: %w", err)
 	}
+}
+
+// settleCommitted settles the handles of a transaction that committed.
+// Accepted and rejected records are final: committed. A released record
+// was given back (RELEASE is sent outside the transaction, so it is given
+// back whatever the outcome): that delivery is over, and the group
+// delivers the record again.
+func (a *acker) settleCommitted(accept, release, reject []*pendingAck) {
+	a.ledger.settle(accept, a, committed)
+	a.ledger.settle(reject, a, committed)
+	a.ledger.settle(release, a, released)
 }
 
 // records returns the records of hs.

@@ -19,12 +19,12 @@ const (
 	// claimed: in a transaction (of an output, or of the input's own
 	// acknowledger) that has not ended. Only its owner moves it on.
 	claimed
-	// committed: its acknowledgement committed, in the owner's
+	// committed: its acceptance or rejection committed, in the owner's
 	// transaction. Final.
 	committed
 	// released: this delivery ended without an acknowledgement of ours:
 	// the transaction that carried it aborted, a redelivery superseded
-	// it, or the input closed. The group delivers the record again, so
+	// it, the input closed, or the acker gave it back (a nack's RELEASE). The group delivers the record again, so
 	// nothing of this delivery may be written any more. Final.
 	released
 	// inDoubt: the commit of the transaction that carried it was sent and

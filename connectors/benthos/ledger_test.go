@@ -67,3 +67,20 @@ func TestLedgerClose(t *testing.T) {
 	require.Equal(t, claimed, l.state(c))
 	require.Equal(t, released, l.state(l.deliver(rec(3), 1)))
 }
+
+// An acknowledgement-only commit settles what it accepted or rejected as
+// committed and what it gave back (RELEASE, outside the transaction) as
+// released: that delivery is over and the record comes back, so the
+// handle must not read as acknowledged.
+func TestAckerSettlesReleasedAsReleased(t *testing.T) {
+	l := newLedger(nil)
+	a := &acker{ledger: l}
+	acc, rel, rej := l.deliver(rec(1), 1), l.deliver(rec(2), 1), l.deliver(rec(3), 3)
+	got, _ := l.claim([]*pendingAck{acc, rel, rej}, a)
+	require.Len(t, got, 3)
+	a.settleCommitted([]*pendingAck{acc}, []*pendingAck{rel}, []*pendingAck{rej})
+	require.Equal(t, committed, l.state(acc))
+	require.Equal(t, released, l.state(rel))
+	require.Equal(t, committed, l.state(rej))
+	require.Zero(t, l.size())
+}
