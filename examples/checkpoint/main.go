@@ -98,19 +98,20 @@ exactly once, and the group that every input was acknowledged.`,
 		Run: func(ctx context.Context, f eos.Flags, env eos.Env) (eos.Report, error) {
 			suffix := fmt.Sprint(time.Now().UnixNano())
 			cfg := eos.CheckpointConfig{
-				Seeds:        env.Seeds,
-				Input:        "checkpoint-input-" + suffix,
-				Group:        "checkpoint-" + suffix,
-				Ledger:       f.Ledger,
-				Records:      f.Records,
-				RejectEvery:  f.RejectEvery,
-				Readers:      consumers,
-				Interval:     interval,
-				LongEvery:    longEvery,
-				LockDuration: f.LockDuration,
-				MaxDuration:  f.MaxDuration,
-				Logger:       env.Logger,
-				Progress:     env.Progress,
+				Seeds:             env.Seeds,
+				Input:             "checkpoint-input-" + suffix,
+				Group:             "checkpoint-" + suffix,
+				Ledger:            f.Ledger,
+				ReplicationFactor: int16(f.ReplicationFactor),
+				Records:           f.Records,
+				RejectEvery:       f.RejectEvery,
+				Readers:           consumers,
+				Interval:          interval,
+				LongEvery:         longEvery,
+				LockDuration:      f.LockDuration,
+				MaxDuration:       f.MaxDuration,
+				Logger:            env.Logger,
+				Progress:          env.Progress,
 			}
 			if f.Faults {
 				cfg.FailEvery = failEvery

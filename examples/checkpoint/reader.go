@@ -79,11 +79,24 @@ func newReader(ctx context.Context, r eos.Reader) (eos.SourceReader, error) {
 	}
 	rd := &reader{cons: cons, ack: ack, sink: r.Sink, hooks: r.Hooks, open: map[recordKey]processed{}, pending: map[int64][]string{}, txnTimeout: r.TxnTimeout}
 	rd.hooks.Started(cons)
-	if err := ack.InitTransactions(ctx); err != nil {
-		rd.Close(ctx)
-		return nil, fmt.Errorf("init transactions: %w", err)
+	// InitTransactions gives up after the transaction timeout with
+	// kshare.ErrAbortable when the coordinator cannot be reached (its
+	// broker restarting, say): try again while ctx lasts.
+	for {
+		err := ack.InitTransactions(ctx)
+		if err == nil {
+			return rd, nil
+		}
+		if !errors.Is(err, kshare.ErrAbortable) || ctx.Err() != nil {
+			rd.Close(ctx)
+			return nil, fmt.Errorf("init transactions: %w", err)
+		}
+		r.Logger.Warn("init transactions: trying again", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
-	return rd, nil
 }
 
 // Poll reads the records available and processes them into the open

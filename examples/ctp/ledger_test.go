@@ -10,17 +10,20 @@ import (
 
 	"github.com/kshare-go/kshare/broker"
 	"github.com/kshare-go/kshare/internal/eos"
+	"github.com/kshare-go/kshare/internal/txn"
 )
 
 // TestLedgerPipelineWithoutKIP1289 runs the README's loop with a claim
 // ledger on a bundled cluster without the KIP-1289 APIs (as Apache Kafka
 // is released), under every fault the command injects, and with
-// deliberate aborts and rejects: the verdict is exactly-once OK. Killed
-// workers, zombies and workers stalled past their locks leave records
-// whose output committed and whose acknowledgement did not reach the
-// leader, or whose claims were written in a transaction that must not
-// commit; the ledger settles the first and the renewal before the commit
-// refuses the second.
+// deliberate aborts and rejects, and the faults of the ledger's race
+// (workers killed between their commit and their acknowledgements, share
+// sessions dropped in an open transaction, workers stopped past their
+// locks after writing their claims): the verdict is exactly-once OK.
+// These leave records whose output committed and whose acknowledgement
+// did not reach the leader, or whose claims were written in a transaction
+// that must not commit; the ledger settles the first and the renewal
+// before the commit refuses the second.
 func TestLedgerPipelineWithoutKIP1289(t *testing.T) {
 	c := pipelineCluster(t, broker.ShareTxnAPIs(false))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -31,9 +34,10 @@ func TestLedgerPipelineWithoutKIP1289(t *testing.T) {
 		Records: 6000, RejectEvery: 7, Workers: 4, TxnSize: 200,
 		TxnTimeout:   10 * time.Second,
 		LockDuration: 2 * time.Second,
-		Faults:       eos.Faults{KillWorker: true, Zombie: true, SlowWorker: true, AbortEvery: 3},
-		MaxDuration:  4 * time.Minute,
-		Logger:       pipelineLogger(),
+		Faults: eos.Faults{KillWorker: true, Zombie: true, SlowWorker: true, AbortEvery: 3,
+			KillAfterCommit: true, DropSession: true, PausePastLock: true},
+		MaxDuration: 4 * time.Minute,
+		Logger:      pipelineLogger(),
 	}, runWorker)
 	require.NoError(t, err)
 	t.Log(sum.Line())
@@ -47,9 +51,42 @@ func TestLedgerPipelineWithoutKIP1289(t *testing.T) {
 	require.Zero(t, sum.RejectedOutput)
 	require.Equal(t, 6000/7, sum.Rejected)
 	require.Equal(t, sum.Inputs, sum.Outputs+sum.Rejected+sum.ArchivedOnPurpose)
-	for _, f := range []string{"worker_killed_mid_transaction", "zombie_instance", "slow_worker_lock_expired", "deliberate_abort"} {
+	require.Zero(t, sum.StaleCommits)
+	for _, f := range []string{"worker_killed_mid_transaction", "zombie_instance", "slow_worker_lock_expired", "deliberate_abort",
+		"worker_killed_after_commit", "share_session_dropped",
+		"worker_stopped_past_lock_before_claims", "worker_stopped_past_lock_after_claims"} {
 		require.Positive(t, sum.Faults[f], "fault %s never fired", f)
 	}
+}
+
+// TestLedgerStaleCommitFailsTheVerdict is the failure branch of the
+// pause fault: with the renewal before EndTxn skipped, a worker stopped
+// past its locks commits what another member has been handed since, and
+// the verdict is FAILED, counting the commits that the renewal refuses.
+func TestLedgerStaleCommitFailsTheVerdict(t *testing.T) {
+	c := pipelineCluster(t, broker.ShareTxnAPIs(false))
+	txn.SkipLedgerRenewal.Store(true)
+	defer txn.SkipLedgerRenewal.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sum, err := eos.Run(ctx, eos.Config{
+		Seeds: c.Bootstrap(), Input: "input", Output: "output", Group: "pipeline",
+		Ledger:  "claims",
+		Records: 3000, Workers: 4, TxnSize: 200,
+		TxnTimeout:   10 * time.Second,
+		LockDuration: 2 * time.Second,
+		Faults:       eos.Faults{PausePastLock: true},
+		MaxDuration:  4 * time.Minute,
+		Logger:       pipelineLogger(),
+	}, runWorker)
+	require.NoError(t, err)
+	t.Log(sum.Line())
+	require.False(t, sum.OK, sum.Line())
+	require.Equal(t, eos.VerdictFailed, sum.Verdict)
+	require.Equal(t, eos.ExitFailed, sum.ExitCode())
+	require.Positive(t, sum.StaleCommits)
+	require.Contains(t, sum.Reason, "commits by a worker stopped past its locks")
+	require.Positive(t, sum.Faults["worker_stopped_past_lock_before_claims"])
 }
 
 // TestLedgerFlagOnTheCommandLine: without -ledger, a cluster without

@@ -59,7 +59,11 @@ transactions that also carry the input's acknowledgements. With -faults (the
 default) it kills a worker in the middle of a transaction, moves the
 __transaction_state and __share_group_state coordinators, starts a zombie
 worker with a reused transactional id, and makes a worker stall past its
-locks. At the end a read_committed reader checks that every input was output
+locks; with -ledger also the faults of the claim ledger's race: a worker
+killed between its commit and its acknowledgements, a share consumer whose
+connections (and share sessions) drop while its transaction is open, and a
+worker stopped after writing its claims until its locks have run out (its
+commit must fail). At the end a read_committed reader checks that every input was output
 exactly once, and the group that every input was acknowledged.`,
 		LockDuration: 5 * time.Second,
 		Define: func(fs *flag.FlagSet) func() error {
@@ -83,23 +87,25 @@ exactly once, and the group that every input was acknowledged.`,
 		Run: func(ctx context.Context, f eos.Flags, env eos.Env) (eos.Report, error) {
 			suffix := fmt.Sprint(time.Now().UnixNano())
 			cfg := eos.Config{
-				Seeds:        env.Seeds,
-				Input:        "ctp-input-" + suffix,
-				Output:       "ctp-output-" + suffix,
-				Group:        "ctp-" + suffix,
-				Ledger:       f.Ledger,
-				Records:      f.Records,
-				RejectEvery:  f.RejectEvery,
-				Workers:      consumers,
-				TxnSize:      txnSize,
-				TxnHold:      txnHold,
-				LockDuration: f.LockDuration,
-				MaxDuration:  f.MaxDuration,
-				Logger:       env.Logger,
-				Progress:     env.Progress,
+				Seeds:             env.Seeds,
+				Input:             "ctp-input-" + suffix,
+				Output:            "ctp-output-" + suffix,
+				Group:             "ctp-" + suffix,
+				Ledger:            f.Ledger,
+				ReplicationFactor: int16(f.ReplicationFactor),
+				Records:           f.Records,
+				RejectEvery:       f.RejectEvery,
+				Workers:           consumers,
+				TxnSize:           txnSize,
+				TxnHold:           txnHold,
+				LockDuration:      f.LockDuration,
+				MaxDuration:       f.MaxDuration,
+				Logger:            env.Logger,
+				Progress:          env.Progress,
 			}
 			if f.Faults {
-				cfg.Faults = eos.Faults{KillWorker: true, CoordinatorMoves: true, Zombie: true, SlowWorker: true, AbortEvery: abortEvery}
+				cfg.Faults = eos.Faults{KillWorker: true, CoordinatorMoves: true, Zombie: true, SlowWorker: true, AbortEvery: abortEvery,
+					KillAfterCommit: true, DropSession: true, PausePastLock: true}
 			}
 			return eos.Run(ctx, cfg, runWorker)
 		},

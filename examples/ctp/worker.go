@@ -78,12 +78,27 @@ func runWorker(ctx context.Context, w eos.Worker) error {
 	w.Hooks.Started(cons, prod)
 
 	// InitTransactions fences any older instance with the same
-	// transactional id and aborts the transaction it left open.
-	if err := prod.InitTransactions(ctx); err != nil {
+	// transactional id and aborts the transaction it left open. It gives
+	// up after the transaction timeout with kshare.ErrAbortable when the
+	// coordinator cannot be reached (its broker restarting, say): try
+	// again.
+	for {
+		err := prod.InitTransactions(ctx)
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("init transactions: %w", err)
+		if !errors.Is(err, kshare.ErrAbortable) {
+			return fmt.Errorf("init transactions: %w", err)
+		}
+		w.Logger.Warn("init transactions: trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
 	}
 	for {
 		records, err := cons.Poll(ctx)
@@ -115,11 +130,20 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 	txnCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.TxnTimeout)
 	defer cancel()
 	// Ending a failed transaction gets time of its own: txnCtx may be what
-	// ran out.
+	// ran out. A coordinator that cannot be reached (its broker
+	// restarting) is waited for, one transaction timeout at a time, until
+	// ctx ends: the producer stays as it was, and the abort may be tried
+	// again.
 	abort := func() error {
-		abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.TxnTimeout)
-		defer cancel()
-		return prod.AbortTransaction(abortCtx)
+		for {
+			abortCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.TxnTimeout)
+			err := prod.AbortTransaction(abortCtx)
+			cancel()
+			if ctx.Err() != nil || !errors.Is(err, kshare.ErrAbortable) && !errors.Is(err, kshare.ErrInDoubt) {
+				return err
+			}
+			w.Logger.Warn("abort transaction: trying again", "err", err)
+		}
 	}
 	if err := prod.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err) // fenced, fatal or closed

@@ -21,6 +21,9 @@ type CheckpointConfig struct {
 	// Ledger is the claim ledger topic the readers commit through ("":
 	// KIP-1289).
 	Ledger string
+	// ReplicationFactor is that of the topics the run creates (0 or -1:
+	// the cluster's default).
+	ReplicationFactor int16
 
 	InputPartitions int32
 	Records         int
@@ -139,6 +142,7 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 		group:         cfg.Group,
 		lockDuration:  cfg.LockDuration,
 		deliveryLimit: cfg.DeliveryLimit,
+		replication:   cfg.ReplicationFactor,
 	}, cfg.Input, cfg.Records, cfg.RejectEvery, cfg.Logger)
 	if err != nil {
 		if r, stopped := run.stoppedInSetup(cfg.Records, err); stopped {

@@ -54,10 +54,13 @@ type Flags struct {
 	MaxDuration  time.Duration
 	// Ledger names the claim ledger topic ("": none): exactly-once
 	// without KIP-1289.
-	Ledger   string
-	Faults   bool
-	JSON     bool
-	LogLevel string
+	Ledger string
+	// ReplicationFactor is the replication factor of the topics the run
+	// creates (-1: the cluster's default).
+	ReplicationFactor int
+	Faults            bool
+	JSON              bool
+	LogLevel          string
 }
 
 // Env is what Main hands a command's Run: the cluster, a logger, and
@@ -116,6 +119,7 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.RejectEvery, "reject-every", 0, "write every `n`-th input as a poison record that the pipeline rejects on purpose:\nit is archived, has no output and is counted (0: none; else at least 2)")
 	fs.DurationVar(&f.LockDuration, "lock-duration", cmd.LockDuration, "the group's share.record.lock.duration.ms, positive\n(default with -brokers: 15s, the least Apache Kafka accepts by default)")
 	fs.StringVar(&f.Ledger, "ledger", "", "claim ledger `topic`: exactly-once without KIP-1289 (Apache Kafka as released); every transaction claims its\ninputs there, and a redelivered input already committed is settled from the ledger (created if missing)")
+	fs.IntVar(&f.ReplicationFactor, "replication-factor", -1, "replication factor of the topics the run creates (-1: the cluster's default.replication.factor)")
 	fs.BoolVar(&f.Faults, "faults", true, "inject the faults described above while running; -faults=false runs the pipeline alone")
 	fs.DurationVar(&f.MaxDuration, "max-duration", 15*time.Minute, "stop after this long, setup and input included, and report what was processed (verdict INCOMPLETE), positive")
 	fs.BoolVar(&f.JSON, "json", false, "write the report as one JSON document on stdout (fields \"verdict\" and \"ok\" carry the verdict);\nprogress and the verdict line go to stderr")
@@ -296,7 +300,17 @@ func (f *Flags) check(fs *flag.FlagSet) error {
 		CheckEvery("reject-every", f.RejectEvery),
 		CheckDuration("lock-duration", f.LockDuration, time.Millisecond),
 		CheckDuration("max-duration", f.MaxDuration, 1),
+		checkReplicationFactor(f.ReplicationFactor),
 	)
+}
+
+// checkReplicationFactor refuses a -replication-factor that is neither -1
+// nor a replica count Kafka accepts.
+func checkReplicationFactor(rf int) error {
+	if rf == -1 || (rf >= 1 && rf <= math.MaxInt16) {
+		return nil
+	}
+	return flagError("replication-factor", fmt.Sprint(rf), "must be -1 (the cluster's default) or at least 1")
 }
 
 // flagSet reports whether the command line set the flag.

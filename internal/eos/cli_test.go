@@ -55,6 +55,8 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"-reject-every", "-3"}, "fake: -reject-every -3: must be 0 (none) or at least 2"},
 		{[]string{"-max-duration", "0s"}, "fake: -max-duration 0s: must be positive"},
 		{[]string{"-lock-duration", "-1s"}, "fake: -lock-duration -1s: must be at least 1ms"},
+		{[]string{"-replication-factor", "0"}, "fake: -replication-factor 0: must be -1 (the cluster's default) or at least 1"},
+		{[]string{"-replication-factor", "40000"}, "fake: -replication-factor 40000: must be -1 (the cluster's default) or at least 1"},
 		{[]string{"-log-level", "loud"}, "fake: -log-level loud:"},
 		{[]string{"-brokers", " , "}, "names no broker"},
 		{[]string{"stray"}, `fake: unexpected argument "stray"`},
@@ -79,7 +81,7 @@ func TestMainHelpNamesEveryFlagAndExitCode(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.Empty(t, stdout)
 	for _, want := range []string{"Usage: fake", "A command for tests.", "exit 0", "exit 1", "exits 2", "exit 3",
-		"-brokers", "-records", "-reject-every", "-lock-duration", "-max-duration", "-faults", "-json", "-log-level", "-workers"} {
+		"-brokers", "-records", "-reject-every", "-lock-duration", "-max-duration", "-replication-factor", "-faults", "-json", "-log-level", "-workers"} {
 		require.Contains(t, stderr, want)
 	}
 }

@@ -38,6 +38,18 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 			pool.start(ctx, s)
 		})
 	}
+	if cfg.Ledger != "" {
+		if cfg.Faults.KillAfterCommit {
+			add(max, func() { pool.killAfter.Store(true) })
+		}
+		if cfg.Faults.DropSession {
+			add(max, func() { pool.drop.Store(true) })
+		}
+		if cfg.Faults.PausePastLock {
+			add(max, func() { pool.pause[0].Store(true) }) // before the claims
+			add(max, func() { pool.pause[1].Store(true) }) // after them
+		}
+	}
 	if cfg.Faults.CoordinatorMoves {
 		add(10*max, func() {
 			for _, topic := range []string{wire.TransactionStateTopic, wire.ShareGroupStateTopic} {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/kshare-go/kshare/internal/kgoclient"
 )
 
 // Config describes one consume-transform-produce run.
@@ -24,6 +26,9 @@ type Config struct {
 	// Ledger is the claim ledger topic the workers commit through ("":
 	// KIP-1289).
 	Ledger string
+	// ReplicationFactor is that of the topics the run creates (0 or -1:
+	// the cluster's default).
+	ReplicationFactor int16
 
 	// InputPartitions is the partition count of both topics (default 6).
 	InputPartitions int32
@@ -84,6 +89,18 @@ type Faults struct {
 	// AbortEvery aborts every n-th transaction of each worker on purpose
 	// (0: never).
 	AbortEvery int
+	// The faults of the claim ledger's race (Config.Ledger set; without
+	// a ledger they do nothing). KillAfterCommit kills a worker once its
+	// commit is answered and before its consumer sends the
+	// acknowledgements: the records come back, and the ledger must settle
+	// them. DropSession drops the connections of a worker's share
+	// consumer while its transaction is open (Kafka then releases what
+	// the session holds): the renewal before EndTxn must fail, or find
+	// the records held again. PausePastLock stops a worker once its
+	// claims are durable, writes of its consumer included (as a stopped
+	// process), until its locks have run out, and then lets it go on:
+	// its commit must fail (a commit is a violation the verdict counts).
+	KillAfterCommit, DropSession, PausePastLock bool
 	// Interval is the pause between two faults (default 100ms).
 	Interval time.Duration
 	// MaxPerKind bounds how often each fault fires (coordinator moves:
@@ -95,8 +112,12 @@ type Faults struct {
 
 // Any reports whether any fault is enabled.
 func (f Faults) Any() bool {
-	return f.KillWorker || f.CoordinatorMoves || f.Zombie || f.SlowWorker || f.AbortEvery > 0
+	return f.KillWorker || f.CoordinatorMoves || f.Zombie || f.SlowWorker || f.AbortEvery > 0 ||
+		f.KillAfterCommit || f.DropSession || f.PausePastLock
 }
+
+// ledger reports whether any fault of the claim ledger's race is enabled.
+func (f Faults) ledger() bool { return f.KillAfterCommit || f.DropSession || f.PausePastLock }
 
 // Summary is the outcome of a consume-transform-produce run: the verdict
 // on what the read_committed check found, the run's counters and timings,
@@ -211,6 +232,7 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 		group:         cfg.Group,
 		lockDuration:  cfg.LockDuration,
 		deliveryLimit: cfg.DeliveryLimit,
+		replication:   cfg.ReplicationFactor,
 	}, cfg.Input, cfg.Records, cfg.RejectEvery, cfg.Logger)
 	if err != nil {
 		if r, stopped := run.stoppedInSetup(cfg.Records, err); stopped {
@@ -223,6 +245,12 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	state, stateWhy := followShareState(run.run, cfg.Seeds, adm, cfg.Group, in)
 	defer state.stop()
 
+	if cfg.Ledger != "" && cfg.Faults.ledger() {
+		// Before any worker's client exists: the faults act on its
+		// connections.
+		kgoclient.InjectFaults.Store(true)
+		ledgerFaultHooks()
+	}
 	stats := &runStats{}
 	pool := newWorkerPool(cfg, loop, stats, logs, run.fail)
 	run.spawn(pool.run)
@@ -243,7 +271,9 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	result, err := checkAndJudge(ctx, elapsed, stoppedBy, func(ctx context.Context) (Check, error) {
 		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
 			ends := state.endings(ctx, adm, in, stats.archivedValues(), stateWhy)
-			return ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, ends, cfg.TxnTimeout+settleMargin)
+			c, err := ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, ends, cfg.TxnTimeout+settleMargin)
+			c.StaleCommits = int(stats.staleCommits.Load())
+			return c, err
 		})
 	})
 	if err != nil {

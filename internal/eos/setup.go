@@ -20,6 +20,7 @@ type groupSetup struct {
 	group         string
 	lockDuration  time.Duration
 	deliveryLimit int
+	replication   int16 // 0 or -1: the cluster's default
 }
 
 // setup creates the topics (an existing one is used as it is) and sets the
@@ -27,8 +28,12 @@ type groupSetup struct {
 // group existed are delivered, the lock duration and the delivery limit.
 func setup(ctx context.Context, cl *kgo.Client, s groupSetup) error {
 	adm := kadm.NewClient(cl)
+	rf := s.replication
+	if rf == 0 {
+		rf = -1
+	}
 	for _, topic := range s.topics {
-		resp, err := adm.CreateTopic(ctx, s.partitions, 1, nil, topic)
+		resp, err := adm.CreateTopic(ctx, s.partitions, rf, nil, topic)
 		if err == nil {
 			err = resp.Err
 		}

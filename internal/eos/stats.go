@@ -21,7 +21,10 @@ type runStats struct {
 	// polled counts the records the pipeline was delivered.
 	polled      atomic.Int64
 	redelivered atomic.Int64
-	faults      sync.Map // name -> *atomic.Int64
+	// staleCommits counts the commits of workers stopped past their
+	// locks (Faults.PausePastLock): each is a violation.
+	staleCommits atomic.Int64
+	faults       sync.Map // name -> *atomic.Int64
 	// archived maps the value of every input whose delivery at the
 	// group's limit ended without a commit to why (an Archive).
 	archived sync.Map

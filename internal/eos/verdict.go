@@ -88,6 +88,7 @@ func judge(c Check, stoppedBy string, elapsed time.Duration) (verdict, reason st
 	add(c.ArchivedByFailure, "archived at the delivery limit after failures")
 	add(c.RejectedOutput, "outputs of rejected inputs")
 	add(c.Unknown, "unknown outputs")
+	add(c.StaleCommits, "commits by a worker stopped past its locks")
 	if c.Unacknowledged > 0 && stoppedBy == "" {
 		add(c.Unacknowledged, "inputs not acknowledged")
 	}

@@ -107,6 +107,11 @@ type Check struct {
 	ArchivedByFailure int `json:"archived_by_failure"`
 	// Unknown counts outputs whose value is not an input value at all.
 	Unknown int `json:"unknown_outputs"`
+	// StaleCommits counts the transactions that committed although their
+	// worker was stopped past its records' locks after writing its
+	// claims (Faults.PausePastLock): the renewal before EndTxn must have
+	// refused them.
+	StaleCommits int `json:"stale_commits,omitempty"`
 	// MissingSample lists the first missing ids as ranges ("a..b").
 	MissingSample []string `json:"missing_sample,omitempty"`
 	// DuplicateSample lists the first ids seen more than once.

@@ -73,8 +73,9 @@ type watcher struct {
 
 // unansweredLimit is how long the group's start offsets may go unanswered
 // before the run stops with an error: a cluster that has gone away must
-// not look like a run that is merely slow.
-var unansweredLimit = 20 * time.Second
+// not look like a run that is merely slow, and a broker that restarts
+// (its coordinators unavailable until it is back) must not stop the run.
+var unansweredLimit = time.Minute
 
 // watch returns once every input is acknowledged, with nil, or when ctx
 // ends, with ctx's error.

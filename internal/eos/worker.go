@@ -14,7 +14,9 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/errs"
+	"github.com/kshare-go/kshare/internal/kgoclient"
 	"github.com/kshare-go/kshare/internal/retry"
+	"github.com/kshare-go/kshare/internal/txn"
 	"github.com/kshare-go/kshare/producer"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
@@ -62,10 +64,43 @@ func (h *Hooks) Started(cons *shareconsumer.Consumer, prod *producer.Producer) {
 	if h == nil {
 		return
 	}
-	h.inst.mu.Lock()
-	h.inst.cons, h.inst.prod = cons, prod
-	h.inst.mu.Unlock()
+	in := h.inst
+	in.mu.Lock()
+	in.cons, in.prod = cons, prod
+	in.mu.Unlock()
 }
+
+// instanceKey is how the context of a worker's calls carries its
+// instance, for the ledger's fault hooks.
+type instanceKey struct{}
+
+// instanceFrom returns the instance whose call ctx is, or nil.
+func instanceFrom(ctx context.Context) *instance {
+	in, _ := ctx.Value(instanceKey{}).(*instance)
+	return in
+}
+
+// ledgerFaultHooks are the process's ledger fault hooks: each acts on the
+// instance whose call it runs in.
+var ledgerFaultHooks = sync.OnceFunc(func() {
+	txn.SetFaultHooks(&txn.FaultHooks{
+		BeforeClaims: func(ctx context.Context) {
+			if in := instanceFrom(ctx); in != nil {
+				in.pauseAt(ctx, false)
+			}
+		},
+		BeforeRenew: func(ctx context.Context) {
+			if in := instanceFrom(ctx); in != nil {
+				in.pauseAt(ctx, true)
+			}
+		},
+		Committed: func(ctx context.Context) {
+			if in := instanceFrom(ctx); in != nil {
+				in.committed()
+			}
+		},
+	})
+})
 
 // Polled tells the harness which records a poll returned, before they are
 // processed.
@@ -107,6 +142,11 @@ const (
 	faultSlow       = "slow_worker_lock_expired"
 	faultAbort      = "deliberate_abort"
 	faultCoordMoves = "coordinator_moves"
+	// The faults of the claim ledger's race.
+	faultKillAfterCommit = "worker_killed_after_commit"
+	faultDropSession     = "share_session_dropped"
+	faultPauseBefore     = "worker_stopped_past_lock_before_claims"
+	faultPauseAfter      = "worker_stopped_past_lock_after_claims"
 )
 
 // errKilled ends an instance that a fault killed.
@@ -140,6 +180,13 @@ type instance struct {
 	// expected. committing is when BeforeCommit returned.
 	stalled    map[*kgo.Record]bool
 	committing time.Time
+	// expected names the ledger fault that hit the transaction in
+	// progress ("": none): its abort is then what the fault causes.
+	expected string
+	// dropped is when a fault last dropped the connections of the
+	// instance's consumer: the records it held then are released, so
+	// the transactions that carry them fail for a while.
+	dropped time.Time
 }
 
 func (in *instance) polled(records []*kgo.Record) {
@@ -187,6 +234,18 @@ func (in *instance) beforeCommit(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	if owner && p.drop.CompareAndSwap(true, false) {
+		n := 0
+		if cons := in.consumer(); cons != nil {
+			n = kgoclient.DropConnections(cons.Client())
+		}
+		p.stats.fault(faultDropSession)
+		p.logs.killed() // the brokers log the connections' end
+		in.log.Info("fault "+faultDropSession+": the worker's share consumer loses its connections, and its share sessions with them", "records", held, "connections", n)
+		in.mu.Lock()
+		in.expected, in.dropped = faultDropSession, time.Now()
+		in.mu.Unlock()
+	}
 	if owner && p.slow.CompareAndSwap(true, false) {
 		p.stats.fault(faultSlow)
 		stall := p.cfg.LockDuration + time.Second
@@ -221,6 +280,12 @@ func (in *instance) ended(records []*kgo.Record, outputs int, err error) {
 	p := in.pool
 	in.mu.Lock()
 	start := in.committing
+	expected := in.expected
+	in.expected = ""
+	if expected == "" && !in.dropped.IsZero() && time.Since(in.dropped) < 2*p.cfg.LockDuration {
+		// Polled before the drop, released by it.
+		expected = faultDropSession
+	}
 	stalled := false
 	why := ArchivedByFailure
 	if errors.Is(err, errDeliberateAbort) {
@@ -242,10 +307,25 @@ func (in *instance) ended(records []*kgo.Record, outputs int, err error) {
 		if !start.IsZero() {
 			p.stats.commitLatency(time.Since(start))
 		}
+		switch expected {
+		case faultPauseBefore, faultPauseAfter:
+			p.stats.staleCommits.Add(1)
+			in.log.Error("fault "+expected+": the worker stopped past its locks committed; the renewal before EndTxn should have refused it", "records", len(records))
+		case faultKillAfterCommit:
+			// Its consumer died before acknowledging: the records
+			// come back, and the ledger settles them.
+			p.stats.waits.add(fmt.Sprintf("records of worker %d, killed after its commit", in.slot.index), len(records), time.Now().Add(p.cfg.LockDuration))
+			in.die(faultKillAfterCommit)
+		}
 		return
 	}
 	p.stats.aborted.Add(1)
 	switch {
+	case expected != "":
+		in.log.Info("fault "+expected+": the transaction aborted, as expected", "records", len(records), "err", err)
+		if expected == faultKillAfterCommit {
+			in.die(faultKillAfterCommit)
+		}
 	case errors.Is(err, errDeliberateAbort):
 		p.stats.fault(faultAbort)
 		in.log.Info("fault "+faultAbort+": transaction aborted on purpose", "records", len(records))
@@ -291,6 +371,9 @@ func (in *instance) die(fault string) {
 func (in *instance) finish() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.cons != nil {
+		kgoclient.ForgetFaults(in.cons.Client())
+	}
 	held := len(in.pending)
 	for r, atLimit := range in.pending {
 		if atLimit {
@@ -332,6 +415,11 @@ type workerPool struct {
 	// may drain the input before that one runs another transaction).
 	kill atomic.Bool
 	slow atomic.Bool
+	// The ledger's faults (Faults.KillAfterCommit, DropSession,
+	// PausePastLock).
+	killAfter, drop atomic.Bool
+	// pause asks for a pause before the claims ([0]) and after them ([1]).
+	pause [2]atomic.Bool
 
 	wg sync.WaitGroup // every instance
 }
@@ -425,7 +513,7 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 			if in == nil {
 				return // superseded while it waited to start again
 			}
-			err := p.loop(ctx, in.worker())
+			err := p.loop(context.WithValue(ctx, instanceKey{}, in), in.worker())
 			held := in.finish()
 			s.mu.Lock()
 			delete(s.running, in)
@@ -435,7 +523,7 @@ func (p *workerPool) start(ctx context.Context, s *slot) {
 			}
 			fault := in.fault.Load()
 			switch {
-			case fault != nil && *fault == faultKill:
+			case fault != nil && (*fault == faultKill || *fault == faultKillAfterCommit):
 				wait := bo.NextBackOff()
 				in.log.Info("fault "+faultKill+": starting the worker again", "backoff", wait)
 				if !sleep(ctx, wait) {
@@ -510,4 +598,81 @@ func (p *workerPool) idle() string {
 		return fmt.Sprintf("no record delivered yet; %d workers are joining the share group or waiting for an assignment", running)
 	}
 	return fmt.Sprintf("no injected fault explains it; %d worker instances running, %d of them holding records", running, inTxn)
+}
+
+// consumer returns the instance's share consumer (nil before Started).
+func (in *instance) consumer() *shareconsumer.Consumer {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cons
+}
+
+// owns reports whether the instance may take a fault: it owns its slot
+// and no fault has hit it.
+func (in *instance) owns() bool {
+	return in.fault.Load() == nil && in.slot.gen.Load() == in.gen
+}
+
+// pauseAt runs in a ledger transaction (txn.FaultHooks) once its records
+// are staged, before their claims are written (afterClaims false), and
+// once the claims are durable, before the renewal (afterClaims true). A
+// pause fault stops the worker at one of the two, in turn, its
+// consumer's writes included (as a stopped process), until its records'
+// locks have run out. Before the claims, another member may be handed the
+// records and find no claim; after them, it waits for the transaction's
+// end. Either way the commit must fail.
+func (in *instance) pauseAt(ctx context.Context, afterClaims bool) {
+	p := in.pool
+	at := 0
+	if afterClaims {
+		at = 1
+	}
+	if !in.owns() || !p.pause[at].CompareAndSwap(true, false) {
+		return
+	}
+	cons := in.consumer()
+	if cons == nil {
+		return
+	}
+	name, where := faultPauseBefore, "before writing its claims"
+	if afterClaims {
+		name, where = faultPauseAfter, "after writing its claims"
+	}
+	// A renewal sent just before the pause holds the locks one lock
+	// duration from its arrival: a second past that they have run out.
+	pause := p.cfg.LockDuration + time.Second
+	kgoclient.PauseConnections(cons.Client(), pause)
+	p.stats.fault(name)
+	in.mu.Lock()
+	in.expected = name
+	held := len(in.pending)
+	in.mu.Unlock()
+	in.log.Info("fault "+name+": the worker stops "+where+", until its locks have run out", "records", held, "pause", pause)
+	w := p.stats.waits.add(fmt.Sprintf("worker %d, stopped past its locks %s", in.slot.index, where), held, time.Now().Add(pause))
+	sleep(ctx, pause)
+	p.stats.waits.done(w)
+}
+
+// committed runs once a ledger commit was answered and before the
+// consumer sends its acknowledgements (txn.FaultHooks): a kill fault
+// closes the consumer's client there, so that they are never sent; the
+// worker dies when its loop hears of the commit (ended).
+func (in *instance) committed() {
+	p := in.pool
+	if !in.owns() || !p.killAfter.CompareAndSwap(true, false) {
+		return
+	}
+	cons := in.consumer()
+	if cons == nil {
+		return
+	}
+	p.stats.fault(faultKillAfterCommit)
+	name := faultKillAfterCommit
+	in.fault.Store(&name) // what its clients log from now on is expected
+	in.pool.logs.killed()
+	in.mu.Lock()
+	in.expected = faultKillAfterCommit
+	in.mu.Unlock()
+	in.log.Info("fault " + faultKillAfterCommit + ": the worker dies between its commit and its acknowledgements")
+	cons.Client().Close()
 }

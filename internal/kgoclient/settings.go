@@ -119,9 +119,17 @@ func (s *Settings) NewClient(own ...kgo.Opt) (*kgo.Client, *Dials, error) {
 	opts = append(opts, kgo.SeedBrokers(s.Seeds...), kgo.WithLogger(slogLogger{s.Logger}), kgo.WithHooks(dials))
 	opts = append(opts, own...)
 	opts = append(opts, s.KgoOpts...)
+	var faults *faultDialer
+	if InjectFaults.Load() && len(s.KgoOpts) == 0 {
+		faults = &faultDialer{open: make(map[*faultConn]struct{})}
+		opts = append(opts, kgo.Dialer(faults.dial))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kgo client: %w", err)
+	}
+	if faults != nil {
+		faulty.Store(cl, faults)
 	}
 	return cl, dials, nil
 }

@@ -125,6 +125,9 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 		return m.commitFailed(ctx, op, stageErr, drain)
 	}
 	if ledger {
+		if h := faultHooks.Load(); h != nil && h.BeforeRenew != nil {
+			h.BeforeRenew(ctx)
+		}
 		// The claims are durable now (acks=all, flushed): only a lock
 		// renewed after that proves that no other member was handed the
 		// records before the claims could be seen.
@@ -151,6 +154,14 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 // absence, says.
 func (m *Manager) endCommit(ctx context.Context, op string, drain func(context.Context) error) error {
 	err := m.endTxn(ctx, true)
+	if h := faultHooks.Load(); err == nil && h != nil && h.Committed != nil {
+		m.mu.Lock()
+		ledger := m.ledgerStagedLocked()
+		m.unlock()
+		if ledger {
+			h.Committed(ctx)
+		}
+	}
 	m.mu.Lock()
 	if err == nil {
 		defer m.unlock()

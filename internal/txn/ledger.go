@@ -64,6 +64,9 @@ func (m *Manager) StageLedgerAcks(ctx context.Context, ledgerTopic string, acks 
 	}
 	ctx, cancel := m.withDeadline(ctx, deadline)
 	defer cancel()
+	if h := faultHooks.Load(); h != nil && h.BeforeClaims != nil {
+		h.BeforeClaims(ctx)
+	}
 	// The claims are written while the operation holds the Manager, so
 	// no commit can start between the staging and its claims.
 	if err := write(ctx, set); err != nil {
