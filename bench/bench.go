@@ -19,6 +19,7 @@ type bench struct {
 	brokerProfile string
 	pick          *regexp.Regexp // CTP contenders to run
 	bundled       *env
+	kafka         *env // -kafka: an Apache Kafka cluster, or nil
 }
 
 // section is one group of alternating contenders.
@@ -60,6 +61,7 @@ func (b *bench) run(ctx context.Context, match *regexp.Regexp) (*report, error) 
 		{"sdk", b.sdkSection},
 		{"brokers", b.brokersSection},
 		{"scaling", b.scalingSection},
+		{"kafka", b.kafkaSection},
 	} {
 		if !match.MatchString(s.name) {
 			continue
@@ -91,10 +93,14 @@ func (c pipelineContender) verdict(s sample) error {
 	return nil
 }
 
-// runCTP runs one pipeline contender into a fresh output topic and checks
-// its outcome.
+// runCTP runs one pipeline contender on the bundled broker.
 func (b *bench) runCTP(ctx context.Context, c pipelineContender, spec ctpSpec) (sample, error) {
-	e := b.bundled
+	return b.runCTPOn(ctx, b.bundled, c, spec)
+}
+
+// runCTPOn runs one pipeline contender on e into a fresh output topic and
+// checks its outcome.
+func (b *bench) runCTPOn(ctx context.Context, e *env, c pipelineContender, spec ctpSpec) (sample, error) {
 	output := e.name("out")
 	if err := e.createTopic(ctx, output, spec.partitions); err != nil {
 		return sample{}, err
@@ -119,8 +125,12 @@ func (b *bench) runCTP(ctx context.Context, c pipelineContender, spec ctpSpec) (
 	if err := c.verdict(s); err != nil {
 		return s, err
 	}
-	progress("  %-14s %8.0f rec/s  commit p50 %6.2f p99 %6.2f ms  aborts %d dups %d  client %.1f allocs/rec %.1f us/rec  broker %.1f us/rec  requests per 1000 records:%s",
-		c.name, s.Rate, s.P50, s.P99, s.Aborts, s.Dups, s.Allocs, s.ClientCPU/1e3, s.BrokerCPU/1e3, requestsString(s.Requests))
+	ledger := ""
+	if s.LedgerPollMs > 0 {
+		ledger = fmt.Sprintf("  ledger %.2f ms/poll", s.LedgerPollMs)
+	}
+	progress("  %-17s %8.0f rec/s  commit p50 %6.2f p99 %6.2f ms  aborts %d dups %d  client %.1f allocs/rec %.1f us/rec  broker %.1f us/rec%s  requests per 1000 records:%s",
+		c.name, s.Rate, s.P50, s.P99, s.Aborts, s.Dups, s.Allocs, s.ClientCPU/1e3, s.BrokerCPU/1e3, ledger, requestsString(s.Requests))
 	return s, nil
 }
 
@@ -159,13 +169,34 @@ var sizes = []struct {
 }{{"100B", 100}, {"1KiB", 1024}}
 
 func (b *bench) ctpSection(ctx context.Context) error {
-	e, st := b.bundled, b.st
-	contenders := []pipelineContender{
+	return b.pipelines(ctx, b.bundled, "ctp", []pipelineContender{
 		{"kshare-eos", kshareEOS, true},
+		{"kshare-eos-ledger", kshareLedgerEOS, true},
 		{"kgo-share-alo", kgoShareALO, false},
 		{"kgo-group-eos", kgoGroupEOS, true},
 		{"floor", nil, false},
+	})
+}
+
+// kafkaSection runs the pipelines on an Apache Kafka cluster (-kafka),
+// which has no KIP-1289: kshare's exactly-once share pipeline with the
+// claim ledger against kgo's at-least-once share pipeline and kgo's
+// exactly-once consumer-group pipeline.
+func (b *bench) kafkaSection(ctx context.Context) error {
+	if b.kafka == nil {
+		return nil
 	}
+	return b.pipelines(ctx, b.kafka, "kafka", []pipelineContender{
+		{"kshare-eos-ledger", kshareLedgerEOS, true},
+		{"kgo-share-alo", kgoShareALO, false},
+		{"kgo-group-eos", kgoGroupEOS, true},
+	})
+}
+
+// pipelines runs contenders on e, in alternating rounds, for each record
+// size; their samples are keyed prefix/size/contender.
+func (b *bench) pipelines(ctx context.Context, e *env, prefix string, contenders []pipelineContender) error {
+	st := b.st
 	for si, size := range sizes {
 		spec := ctpSpec{
 			input: e.name("ctp-in"), partitions: st.Partitions, records: st.CTPRecords[si],
@@ -178,12 +209,12 @@ func (b *bench) ctpSection(ctx context.Context) error {
 			return err
 		}
 		for r := range st.Rounds {
-			progress(" ctp %s round %d", size.name, r+1)
+			progress(" %s %s round %d", prefix, size.name, r+1)
 			for _, c := range rotate(contenders, r) {
 				if !b.pick.MatchString(c.name) {
 					continue
 				}
-				key := "ctp/" + size.name + "/" + c.name
+				key := prefix + "/" + size.name + "/" + c.name
 				if c.fn == nil {
 					s, err := measureFloor(ctx, e, floorSpec{commits: st.FloorCommits, txnSize: st.TxnSize, valueSize: size.bytes})
 					if err != nil {
@@ -193,7 +224,7 @@ func (b *bench) ctpSection(ctx context.Context) error {
 					b.res.add(key, s)
 					continue
 				}
-				s, err := b.runCTP(ctx, c, spec)
+				s, err := b.runCTPOn(ctx, e, c, spec)
 				if err != nil {
 					return err
 				}
@@ -357,10 +388,20 @@ func (b *bench) report(m machine) *report {
 		k := func(c string) string { return "ctp/" + size.name + "/" + c }
 		rep.compare("ctp", "EOS share CTP (kshare) vs EOS consumer-group CTP (kgo), "+size.name, k("kshare-eos"), k("kgo-group-eos"), rate, target{true, 0.8})
 		rep.compare("ctp", "EOS share CTP (kshare) vs at-least-once share CTP (kgo), "+size.name, k("kshare-eos"), k("kgo-share-alo"), rate, target{true, 1.0})
+		rep.compare("ctp", "EOS share CTP (kshare): claim ledger vs KIP-1289, "+size.name, k("kshare-eos-ledger"), k("kshare-eos"), rate, target{true, 0.8})
+		rep.compare("commit", "EOS share commit: claim ledger vs KIP-1289, p50, "+size.name, k("kshare-eos-ledger"), k("kshare-eos"), p50, target{})
+		rep.against("commit", "what the claim ledger adds to a Poll, "+size.name, k("kshare-eos-ledger"), ledgerPoll, 1, "1 ms", target{})
 		rep.compare("commit", "EOS share commit vs consumer-group EOS commit, p50, "+size.name, k("kshare-eos"), k("kgo-group-eos"), p50, target{false, 1.5})
 		rep.compare("commit", "EOS share commit vs consumer-group EOS commit, p99, "+size.name, k("kshare-eos"), k("kgo-group-eos"), p99, target{})
 		rep.compare("commit", "EOS share commit vs floor (bare round trips), p50, "+size.name, k("kshare-eos"), k("floor"), p50, target{})
 		rep.compare("commit", "EOS share commit vs floor (bare round trips), p99, "+size.name, k("kshare-eos"), k("floor"), p99, target{false, 3})
+	}
+	for _, size := range sizes {
+		k := func(c string) string { return "kafka/" + size.name + "/" + c }
+		rep.compare("kafka", "Apache Kafka: EOS share CTP with the claim ledger (kshare) vs EOS consumer-group CTP (kgo), "+size.name, k("kshare-eos-ledger"), k("kgo-group-eos"), rate, target{true, 0.8})
+		rep.compare("kafka", "Apache Kafka: EOS share CTP with the claim ledger (kshare) vs at-least-once share CTP (kgo), "+size.name, k("kshare-eos-ledger"), k("kgo-share-alo"), rate, target{})
+		rep.compare("kafka", "Apache Kafka: ledger commit vs consumer-group EOS commit, p50, "+size.name, k("kshare-eos-ledger"), k("kgo-group-eos"), p50, target{})
+		rep.against("kafka", "Apache Kafka: what the claim ledger adds to a Poll, "+size.name, k("kshare-eos-ledger"), ledgerPoll, 1, "1 ms", target{})
 	}
 	rep.compare("sdk", "kshare producer vs kgo transactional producer", "sdk/producer/kshare", "sdk/producer/kgo", rate, target{true, 1.0})
 	rep.compare("sdk", "kshare share consumer vs kgo share consumer", "sdk/share-consumer/kshare", "sdk/share-consumer/kgo", rate, target{true, 1.0})

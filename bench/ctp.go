@@ -42,6 +42,8 @@ type ctpSpec struct {
 	txnSize    int
 	work       time.Duration // per record (slept: I/O-like work)
 	timeout    time.Duration
+	// ledger names the claim ledger of the kshare pipeline ("": KIP-1289).
+	ledger string
 }
 
 // closeTimeout bounds a client's Close at the end of a run.
@@ -60,6 +62,13 @@ func (s ctpSpec) doWork(ctx context.Context, n int) {
 	}
 }
 
+// kshareLedgerEOS runs the kshare exactly-once share pipeline with a claim
+// ledger (exactly-once without KIP-1289) into output.
+func kshareLedgerEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, error) {
+	s.ledger = e.name("claims")
+	return kshareEOS(ctx, e, s, output)
+}
+
 // kshareEOS runs the kshare exactly-once share pipeline into output.
 func kshareEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, error) {
 	group := e.name("ks-eos")
@@ -74,6 +83,7 @@ func kshareEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, e
 			shareconsumer.Mode(shareconsumer.Transactional),
 			shareconsumer.MaxPollRecords(int32(s.txnSize)),
 			shareconsumer.MaxWait(250*time.Millisecond),
+			shareconsumer.ShareLedger(s.ledger),
 		)
 		if err != nil {
 			return err
@@ -81,6 +91,7 @@ func kshareEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, e
 		prod, err := producer.New(
 			producer.SeedBrokers(e.seeds()...),
 			producer.TransactionalID(fmt.Sprintf("%s-%d", group, w)),
+			producer.ShareLedger(s.ledger),
 		)
 		if err != nil {
 			cons.Close(context.Background())
@@ -91,6 +102,9 @@ func kshareEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, e
 			defer cancel()
 			prod.Close(cctx)
 			cons.Close(cctx)
+			m := cons.Metrics()
+			run.ledgerPolls.Add(m.LedgerResolves)
+			run.ledgerNanos.Add(int64(m.LedgerResolveTime))
 		}()
 		if err := prod.InitTransactions(ctx); err != nil {
 			return err

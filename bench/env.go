@@ -28,6 +28,16 @@ func newEnv(kind string, nodes, partitions int, cpuProfile string) (*env, error)
 	if err != nil {
 		return nil, err
 	}
+	return newEnvOf(b)
+}
+
+// newExternalEnv is the env of a cluster this command did not start (an
+// Apache Kafka at seeds): no broker statistics.
+func newExternalEnv(seeds []string) (*env, error) {
+	return newEnvOf(&brokerProc{kind: "external", seeds: seeds})
+}
+
+func newEnvOf(b *brokerProc) (*env, error) {
 	// Inputs are written in batches of at most 16 KiB, the Java
 	// producer's default batch.size: kgo's default (1 MB) makes batches of
 	// thousands of records, more than a share-partition's default record

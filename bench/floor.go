@@ -267,9 +267,6 @@ func (f *floorClient) commit(ctx context.Context, n int, ranges []wire.Acknowled
 		return err
 	}
 	sresp := kresp.(*wire.TxnShareAcknowledgeResponse)
-	if sresp.Version < 1 {
-		return fmt.Errorf("TxnShareAcknowledge: the broker answered v%d; the floor needs v1", sresp.Version)
-	}
 	if err := kerr.ErrorForCode(sresp.ErrorCode); err != nil {
 		return fmt.Errorf("TxnShareAcknowledge: %w", err)
 	}

@@ -4,7 +4,9 @@
 //   - the exactly-once share CTP (kshare) against kgo's at-least-once share
 //     CTP and kgo's exactly-once consumer-group CTP, 100 B and 1 KiB
 //     records, with commit latencies and their floor (the same round trips
-//     done bare);
+//     done bare), and with a claim ledger against KIP-1289;
+//   - with -kafka, the same pipelines on an Apache Kafka cluster, where
+//     kshare's exactly-once share CTP runs with a claim ledger;
 //   - the kshare producer and share consumer against kgo's;
 //   - the bundled broker against franz-go's kfake under kgo workloads;
 //   - scaling of one partition over 1, 2, 4 and 8 exactly-once share
@@ -19,6 +21,7 @@
 //	go run . -short                 # what CI runs: small, checks that it works
 //	go run . -json                  # one JSON document on stdout
 //	go run . -only 'ctp|scaling'    # some sections
+//	go run . -only kafka -kafka 127.0.0.1:9092   # on Apache Kafka (claim ledger)
 //
 // It exits 1 when a workload fails (an error, a lost or duplicated record
 // in an exactly-once pipeline), never because of a ratio: the targets are
@@ -94,12 +97,13 @@ func main() {
 		asJSON     = flag.Bool("json", false, "print one JSON document instead of the table")
 		asMarkdown = flag.Bool("markdown", false, "print the table as Markdown (docs/performance.md) after the plain one")
 		rounds     = flag.Int("rounds", 0, "rounds (0: 5, or 1 with -short)")
-		only       = flag.String("only", "", "run only the sections matching this regexp (ctp, sdk, brokers, scaling)")
-		contenders = flag.String("contenders", "", "in the ctp section, run only the contenders matching this regexp (kshare-eos, kgo-share-alo, kgo-group-eos, floor; for profiling)")
+		only       = flag.String("only", "", "run only the sections matching this regexp (ctp, sdk, brokers, scaling, kafka)")
+		contenders = flag.String("contenders", "", "in the ctp section, run only the contenders matching this regexp (kshare-eos, kshare-eos-ledger, kgo-share-alo, kgo-group-eos, floor; for profiling)")
 		scale      = flag.Float64("scale", 1, "multiply every record count by this")
 		cpuProfile = flag.String("cpuprofile", "", "write the clients' CPU profile here")
 		memProfile = flag.String("memprofile", "", "write the clients' allocation profile here")
 		brokerProf = flag.String("broker-cpuprofile", "", "write the bundled broker's CPU profile here")
+		kafka      = flag.String("kafka", "", "comma-separated bootstrap `host:port` list of an Apache Kafka cluster: section kafka runs the\nexactly-once share pipeline with a claim ledger against kgo's pipelines on it")
 	)
 	if serveIfChild() {
 		return
@@ -143,6 +147,21 @@ func main() {
 	defer stop()
 
 	b := &bench{st: st, res: make(results), brokerProfile: *brokerProf, pick: pick}
+	if *kafka != "" {
+		var seeds []string
+		for _, s := range strings.Split(*kafka, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				seeds = append(seeds, s)
+			}
+		}
+		e, err := newExternalEnv(seeds)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -kafka:", err)
+			os.Exit(2)
+		}
+		defer e.close()
+		b.kafka = e
+	}
 	rep, err := b.run(ctx, sections)
 	if *memProfile != "" {
 		if f, ferr := os.Create(*memProfile); ferr == nil {

@@ -27,6 +27,9 @@ type pipeRun struct {
 	started []atomic.Bool
 	active  atomic.Int32
 	aborts  atomic.Int64
+	// ledgerPolls and ledgerNanos add up the workers' Polls that resolved
+	// against a claim ledger and the time that took.
+	ledgerPolls, ledgerNanos atomic.Int64
 
 	mu       sync.Mutex
 	t0       time.Time // workers started
@@ -112,6 +115,9 @@ func (p *pipeRun) result() (sample, error) {
 		Dups:    p.seen.dups.Load(),
 	}
 	s.Rate = float64(n) / s.Seconds
+	if polls := p.ledgerPolls.Load(); polls > 0 {
+		s.LedgerPollMs = float64(p.ledgerNanos.Load()) / float64(polls) / 1e6
+	}
 	s.Allocs, s.AllocBytes = p.allocs, p.bytes
 	if len(p.lat) > 0 {
 		s.P50, s.P99 = ms(percentile(p.lat, 50)), ms(percentile(p.lat, 99))

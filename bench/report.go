@@ -22,6 +22,9 @@ type sample struct {
 	ClientCPU  float64 `json:"client_cpu_ns_per_record,omitempty"`
 	BrokerCPU  float64 `json:"broker_cpu_ns_per_record,omitempty"`
 	BrokerHeap float64 `json:"broker_heap_bytes_per_record,omitempty"`
+	// LedgerPollMs is what resolving against the claim ledger added to a
+	// Poll of the kshare pipeline with a ledger, on average.
+	LedgerPollMs float64 `json:"ledger_ms_per_poll,omitempty"`
 	// Requests counts the requests the bundled broker received per 1000
 	// records, by API name (the nodes' own markers included).
 	Requests map[string]float64 `json:"broker_requests_per_1000_records,omitempty"`
@@ -133,6 +136,7 @@ var (
 	p99        = metric{func(s sample) float64 { return s.P99 }, func(v float64) string { return fmt.Sprintf("p99 %.2f ms", v) }}
 	allocs     = metric{func(s sample) float64 { return s.Allocs }, func(v float64) string { return fmt.Sprintf("%.1f allocs/rec", v) }}
 	allocBytes = metric{func(s sample) float64 { return s.AllocBytes }, func(v float64) string { return fmt.Sprintf("%.0f B/rec", v) }}
+	ledgerPoll = metric{func(s sample) float64 { return s.LedgerPollMs }, func(v float64) string { return fmt.Sprintf("%.2f ms/poll", v) }}
 	heapPerRec = metric{func(s sample) float64 { return s.BrokerHeap }, func(v float64) string { return fmt.Sprintf("%.0f B/rec", v) }}
 )
 

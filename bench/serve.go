@@ -200,8 +200,12 @@ func startBroker(kind string, nodes, partitions int, cpuProfile string) (*broker
 	return b, nil
 }
 
-// stats asks the child for its heap and CPU time.
+// stats asks the child for its heap and CPU time; an external cluster
+// (no child) has none to give.
 func (b *brokerProc) stats() (brokerStats, error) {
+	if b.cmd == nil {
+		return brokerStats{}, nil
+	}
 	if _, err := io.WriteString(b.in, "stats\n"); err != nil {
 		return brokerStats{}, fmt.Errorf("%s broker: %w", b.kind, err)
 	}
@@ -250,8 +254,12 @@ func parseStats(line string) (brokerStats, error) {
 	return st, nil
 }
 
-// close stops the child and waits for it.
+// close stops the child and waits for it (an external cluster is left
+// alone).
 func (b *brokerProc) close() error {
+	if b.cmd == nil {
+		return nil
+	}
 	b.in.Close()
 	done := make(chan error, 1)
 	go func() { done <- b.cmd.Wait() }()

@@ -50,6 +50,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kshare-go/kshare/wire"
 )
 
 // Group and topic configs of the dead-letter queue.
@@ -57,22 +59,6 @@ const (
 	dlqTopicConfig       = "errors.deadletterqueue.topic.name"
 	dlqCopyConfig        = "errors.deadletterqueue.copy.record.enable"
 	dlqTopicEnableConfig = "errors.deadletterqueue.group.enable"
-)
-
-// The headers of a dead-letter record.
-const (
-	dlqHeaderTopic         = "__dlq.errors.topic"
-	dlqHeaderPartition     = "__dlq.errors.partition"
-	dlqHeaderOffset        = "__dlq.errors.offset"
-	dlqHeaderGroup         = "__dlq.errors.group"
-	dlqHeaderDeliveryCount = "__dlq.errors.delivery.count"
-	dlqHeaderMessage       = "__dlq.errors.message"
-)
-
-// The __dlq.errors.message values.
-const (
-	dlqMessageRejected = "Offset rejected by client."
-	dlqMessageLimit    = "Offset delivery count exceeded the threshold."
 )
 
 // deadRecord is a record archived by REJECT or at the delivery limit.
@@ -131,18 +117,18 @@ func (sc *shareCoordinator) deadLetters(sp *sharePartition, now time.Time) {
 }
 
 func dlqHeaders(sp *sharePartition, d deadRecord) []kv {
-	msg := dlqMessageLimit
+	msg := wire.DLQMessageLimit
 	if d.rejected {
-		msg = dlqMessageRejected
+		msg = wire.DLQMessageRejected
 	}
 	h := func(k, v string) kv { return kv{key: []byte(k), value: []byte(v)} }
 	return []kv{
-		h(dlqHeaderTopic, sp.p.topic.name),
-		h(dlqHeaderPartition, strconv.Itoa(int(sp.key.partition))),
-		h(dlqHeaderOffset, strconv.FormatInt(d.offset, 10)),
-		h(dlqHeaderGroup, sp.key.group),
-		h(dlqHeaderDeliveryCount, strconv.Itoa(int(d.deliveries))),
-		h(dlqHeaderMessage, msg),
+		h(wire.DLQHeaderTopic, sp.p.topic.name),
+		h(wire.DLQHeaderPartition, strconv.Itoa(int(sp.key.partition))),
+		h(wire.DLQHeaderOffset, strconv.FormatInt(d.offset, 10)),
+		h(wire.DLQHeaderGroup, sp.key.group),
+		h(wire.DLQHeaderDeliveryCount, strconv.Itoa(int(d.deliveries))),
+		h(wire.DLQHeaderMessage, msg),
 	}
 }
 

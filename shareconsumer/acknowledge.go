@@ -66,6 +66,15 @@ func (c *Consumer) Ack(r *kgo.Record, t kshare.AckType) error {
 	return nil
 }
 
+// AckOffset marks the record at offset of topic's partition, as Poll
+// returned it, with t: Ack for an application that keeps where its
+// records came from rather than the records (the Java client's
+// acknowledge(topic, partition, offset, type)). It marks the latest
+// delivery the consumer holds at that offset, and fails as Ack does.
+func (c *Consumer) AckOffset(topic string, partition int32, offset int64, t kshare.AckType) error {
+	return c.Ack(&kgo.Record{Topic: topic, Partition: partition, Offset: offset}, t)
+}
+
 // sendDecidedLocked queues every mark made by Ack on the sessions; op, if
 // set, learns the outcome. It reports whether anything was queued.
 func (c *Consumer) sendDecidedLocked(op *ackOp) bool {

@@ -325,3 +325,30 @@ func TestFollowsLeaderMove(t *testing.T) {
 		return len(b) == 10 && e.startOffsets(group, topic)[0] == 20
 	})
 }
+
+// AckOffset marks a record by where it is: the marks commit as Ack's do,
+// and an offset the consumer does not hold is refused.
+func TestExplicitAckOffset(t *testing.T) {
+	e := newEnv(t)
+	const topic, group = "in", "g"
+	e.createTopic(topic, 2)
+	e.groupConfig(group)
+	e.produce(topic, 2, values("", 10)...)
+	c := e.consumer(group, topic, shareconsumer.Mode(shareconsumer.Explicit))
+
+	type where struct {
+		p   int32
+		off int64
+	}
+	var held []where
+	poll(e.ctx, t, c, 10, func(r *kgo.Record) { held = append(held, where{r.Partition, r.Offset}) })
+	err := c.AckOffset(topic, 0, 1000, kshare.AckAccept)
+	require.ErrorIs(t, err, shareconsumer.ErrNotHeld)
+	require.ErrorIs(t, c.AckOffset(topic, held[0].p, held[0].off, kshare.AckType(9)), kshare.ErrUsage)
+	for _, w := range held {
+		require.NoError(t, c.AckOffset(topic, w.p, w.off, kshare.AckAccept))
+	}
+	require.NoError(t, c.Commit(e.ctx))
+	e.allAcknowledged(group, topic, map[int32]int64{0: 5, 1: 5})
+	require.ErrorIs(t, c.AckOffset(topic, held[0].p, held[0].off, kshare.AckAccept), shareconsumer.ErrNotHeld, "acknowledged already")
+}

@@ -94,6 +94,13 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 	for p := range parts {
 		list = append(list, p)
 	}
+	began := time.Now()
+	defer func() {
+		c.mu.Lock()
+		c.metrics.LedgerResolves++
+		c.metrics.LedgerResolveTime += time.Since(began)
+		c.mu.Unlock()
+	}()
 	if err := c.ledger.CatchUp(ctx, list); err != nil {
 		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
 			c.logger.Debug("releasing records after a ledger failure", "err", rerr)

@@ -197,6 +197,9 @@ func TestLedgerResolvesAfterLostAcknowledgement(t *testing.T) {
 	verdict, _, _ := exactlyOnce(e.readCommitted("out", inputs), inputs)
 	require.Equal(t, "exactly-once: OK", verdict)
 	e.allAcknowledged("g", "in", map[int32]int64{0: inputs / 3, 1: inputs / 3, 2: inputs / 3})
+	m := c2.Metrics()
+	require.Positive(t, m.LedgerResolves, "every Poll that was delivered records resolved them")
+	require.Positive(t, m.LedgerResolveTime)
 }
 
 // staleHolder sets up the race the commit-time renewal closes: worker 1

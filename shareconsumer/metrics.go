@@ -55,6 +55,13 @@ type Metrics struct {
 	// rules out unless one of its assumptions failed (docs/design.md,
 	// "Exactly-once without KIP-1289"); each is logged at ERROR.
 	LedgerConflicts int64
+	// LedgerResolves counts the Polls that resolved their records against
+	// the ledger, and LedgerResolveTime is the time they spent doing so
+	// (the ledger's latest offsets, its reads up to them, now and then
+	// the pruning of what can no longer matter): what the
+	// ledger adds to a Poll is LedgerResolveTime / LedgerResolves.
+	LedgerResolves    int64
+	LedgerResolveTime time.Duration
 }
 
 // Metrics returns a snapshot of the consumer's counters.

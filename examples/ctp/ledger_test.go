@@ -30,8 +30,9 @@ func TestLedgerPipelineWithoutKIP1289(t *testing.T) {
 	defer cancel()
 	sum, err := eos.Run(ctx, eos.Config{
 		Seeds: c.Bootstrap(), Input: "input", Output: "output", Group: "pipeline",
-		Ledger:  "claims",
-		Records: 6000, RejectEvery: 7, Workers: 4, TxnSize: 200,
+		Ledger:          "claims",
+		DeadLetterTopic: "dlq.pipeline",
+		Records:         6000, RejectEvery: 7, Workers: 4, TxnSize: 200,
 		TxnTimeout:   10 * time.Second,
 		LockDuration: 2 * time.Second,
 		Faults: eos.Faults{KillWorker: true, Zombie: true, SlowWorker: true, AbortEvery: 3,
@@ -52,6 +53,7 @@ func TestLedgerPipelineWithoutKIP1289(t *testing.T) {
 	require.Equal(t, 6000/7, sum.Rejected)
 	require.Equal(t, sum.Inputs, sum.Outputs+sum.Rejected+sum.ArchivedOnPurpose)
 	require.Zero(t, sum.StaleCommits)
+	require.Equal(t, sum.Rejected, sum.DeadLetters, "one dead-letter copy per rejected input")
 	for _, f := range []string{"worker_killed_mid_transaction", "zombie_instance", "slow_worker_lock_expired", "deliberate_abort",
 		"worker_killed_after_commit", "share_session_dropped",
 		"worker_stopped_past_lock_before_claims", "worker_stopped_past_lock_after_claims"} {

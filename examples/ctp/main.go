@@ -47,6 +47,7 @@ func command() eos.Command {
 	var (
 		consumers, txnSize, abortEvery int
 		txnHold                        time.Duration
+		deadLetter                     string
 	)
 	return eos.Command{
 		Name:     "ctp",
@@ -62,7 +63,7 @@ worker with a reused transactional id, and makes a worker stall past its
 locks; with -ledger also the faults of the claim ledger's race: a worker
 killed between its commit and its acknowledgements, a share consumer whose
 connections (and share sessions) drop while its transaction is open, and a
-worker stopped after writing its claims until its locks have run out (its
+worker stopped before or after writing its claims until its locks have run out (its
 commit must fail). At the end a read_committed reader checks that every input was output
 exactly once, and the group that every input was acknowledged.`,
 		LockDuration: 5 * time.Second,
@@ -70,6 +71,7 @@ exactly once, and the group that every input was acknowledged.`,
 			fs.IntVar(&consumers, "consumers", 4, "`workers` running at once, at least 1")
 			fs.IntVar(&txnSize, "txn-size", 500, "records per transaction at most, at least 1 (also each partition leader's records per fetch)")
 			fs.IntVar(&abortEvery, "abort-every", 0, "with -faults, abort every `n`-th transaction of each worker on purpose (0: none; else at least 2)")
+			fs.StringVar(&deadLetter, "dlq", "", "dead-letter `topic`: each record the pipeline rejects (see -reject-every) is copied there, with\nheaders saying where it came from and why, in the transaction that rejects it; the verdict checks\nthat every rejected input has exactly one committed copy (created if missing)")
 			fs.DurationVar(&txnHold, "txn-hold", 0, "hold every transaction open this long before committing, as a slow transform would (0: none); the transaction timeout is 10s plus this")
 			return func() error {
 				return errors.Join(
@@ -93,6 +95,7 @@ exactly once, and the group that every input was acknowledged.`,
 				Group:             "ctp-" + suffix,
 				Ledger:            f.Ledger,
 				ReplicationFactor: int16(f.ReplicationFactor),
+				DeadLetterTopic:   deadLetter,
 				Records:           f.Records,
 				RejectEvery:       f.RejectEvery,
 				Workers:           consumers,

@@ -143,6 +143,11 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 				return err
 			}
 			w.Logger.Warn("abort transaction: trying again", "err", err)
+			select { // an answer that comes at once must not make a busy loop
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Second):
+			}
 		}
 	}
 	if err := prod.BeginTransaction(); err != nil {
@@ -153,6 +158,15 @@ func transaction(ctx context.Context, w eos.Worker, cons *shareconsumer.Consumer
 		out, err := transform(r, w.Output)
 		if err != nil {
 			rejected = append(rejected, r)
+			if w.DeadLetter != "" {
+				// Its dead-letter copy commits with its REJECT, or
+				// neither does.
+				dead, derr := cons.DeadLetter(r, w.DeadLetter, err)
+				if derr != nil {
+					return derr // not held: a record Poll did not return
+				}
+				prod.Produce(txnCtx, dead, nil)
+			}
 			continue
 		}
 		accepted = append(accepted, r)

@@ -79,9 +79,16 @@ func TestExamplesWithLedgerOnRealKafka(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
 			ledger := replicatedLedger(ctx, t, two.Seeds, "kshare-claims-"+example)
-			run := startExample(ctx, t, bin, two.Seeds, ledger, "10000")
+			var extra []string
+			if example == "ctp" {
+				extra = []string{"-reject-every", "10", "-dlq", uniqueName(t, "kshare-dlq")}
+			}
+			run := startExample(ctx, t, bin, two.Seeds, ledger, "10000", extra...)
 			stdout := run.wait(t)
 			if example == "ctp" {
+				if !regexp.MustCompile(`(?m)^dead-letter copies \(kshare-dlq-[0-9a-f]+\) +1000$`).MatchString(stdout) {
+					t.Errorf("want 1000 dead-letter copies, one per rejected input")
+				}
 				for _, fault := range []string{"worker_killed_after_commit", "share_session_dropped",
 					"worker_stopped_past_lock_before_claims", "worker_stopped_past_lock_after_claims"} {
 					if !regexp.MustCompile(`(?m)^fault: ` + fault + ` +[1-9]`).MatchString(stdout) {
@@ -166,12 +173,13 @@ type exampleRun struct {
 }
 
 // startExample starts bin with a ledger on topics of two replicas, 3s
-// locks and every fault.
-func startExample(ctx context.Context, t *testing.T, bin string, seeds []string, ledger, records string) *exampleRun {
+// locks, every fault and the extra flags.
+func startExample(ctx context.Context, t *testing.T, bin string, seeds []string, ledger, records string, extra ...string) *exampleRun {
 	t.Helper()
 	r := &exampleRun{lines: make(chan string, 1024), scanned: make(chan struct{})}
-	r.cmd = exec.CommandContext(ctx, bin, "-brokers", strings.Join(seeds, ","), "-ledger", ledger,
-		"-replication-factor", "2", "-lock-duration", "3s", "-records", records, "-max-duration", "5m")
+	args := append([]string{"-brokers", strings.Join(seeds, ","), "-ledger", ledger,
+		"-replication-factor", "2", "-lock-duration", "3s", "-records", records, "-max-duration", "5m"}, extra...)
+	r.cmd = exec.CommandContext(ctx, bin, args...)
 	r.cmd.Stdout = &r.stdout
 	pipe, err := r.cmd.StderrPipe()
 	if err != nil {

@@ -119,7 +119,7 @@ func Main(cmd Command, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.RejectEvery, "reject-every", 0, "write every `n`-th input as a poison record that the pipeline rejects on purpose:\nit is archived, has no output and is counted (0: none; else at least 2)")
 	fs.DurationVar(&f.LockDuration, "lock-duration", cmd.LockDuration, "the group's share.record.lock.duration.ms, positive\n(default with -brokers: 15s, the least Apache Kafka accepts by default)")
 	fs.StringVar(&f.Ledger, "ledger", "", "claim ledger `topic`: exactly-once without KIP-1289 (Apache Kafka as released); every transaction claims its\ninputs there, and a redelivered input already committed is settled from the ledger (created if missing)")
-	fs.IntVar(&f.ReplicationFactor, "replication-factor", -1, "replication factor of the topics the run creates (-1: the cluster's default.replication.factor)")
+	fs.IntVar(&f.ReplicationFactor, "replication-factor", -1, "replication factor of the topics the run creates (-1: the cluster's default.replication.factor);\nnot of a missing -ledger topic, which the first Poll creates with the cluster's default")
 	fs.BoolVar(&f.Faults, "faults", true, "inject the faults described above while running; -faults=false runs the pipeline alone")
 	fs.DurationVar(&f.MaxDuration, "max-duration", 15*time.Minute, "stop after this long, setup and input included, and report what was processed (verdict INCOMPLETE), positive")
 	fs.BoolVar(&f.JSON, "json", false, "write the report as one JSON document on stdout (fields \"verdict\" and \"ok\" carry the verdict);\nprogress and the verdict line go to stderr")
@@ -310,7 +310,7 @@ func checkReplicationFactor(rf int) error {
 	if rf == -1 || (rf >= 1 && rf <= math.MaxInt16) {
 		return nil
 	}
-	return flagError("replication-factor", fmt.Sprint(rf), "must be -1 (the cluster's default) or at least 1")
+	return flagError("replication-factor", fmt.Sprint(rf), "must be -1 (the cluster's default) or 1 to 32767")
 }
 
 // flagSet reports whether the command line set the flag.

@@ -29,6 +29,11 @@ type Config struct {
 	// ReplicationFactor is that of the topics the run creates (0 or -1:
 	// the cluster's default).
 	ReplicationFactor int16
+	// DeadLetterTopic, if set, is where the workers write the dead-letter
+	// copy of each record they reject, in the transaction that rejects
+	// it (Worker.DeadLetter); the verification checks that each rejected
+	// input has exactly one committed copy there.
+	DeadLetterTopic string
 
 	// InputPartitions is the partition count of both topics (default 6).
 	InputPartitions int32
@@ -227,7 +232,7 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 	cfg.Logger, logs = faultLogger(cfg.Logger)
 	run := newRunScope(ctx, cfg.MaxDuration)
 	admin, in, err := prepare(run.run, cfg.Seeds, groupSetup{
-		topics:        []string{cfg.Input, cfg.Output},
+		topics:        deadLetterTopic([]string{cfg.Input, cfg.Output}, cfg.DeadLetterTopic),
 		partitions:    cfg.InputPartitions,
 		group:         cfg.Group,
 		lockDuration:  cfg.LockDuration,
@@ -272,7 +277,14 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 		return finalCheck(ctx, adm, cfg.Group, cfg.Input, func(ctx context.Context, start map[int32]int64) (Check, error) {
 			ends := state.endings(ctx, adm, in, stats.archivedValues(), stateWhy)
 			c, err := ReadCommitted(ctx, cfg.Seeds, cfg.Output, in, start, ends, cfg.TxnTimeout+settleMargin)
+			if err != nil {
+				return c, err
+			}
 			c.StaleCommits = int(stats.staleCommits.Load())
+			if cfg.DeadLetterTopic != "" {
+				c.DeadLetterTopic = cfg.DeadLetterTopic
+				c.DeadLetterCheck, err = checkDeadLetters(ctx, cfg.Seeds, cfg.DeadLetterTopic, cfg.Group, in, start, ends, cfg.TxnTimeout+settleMargin)
+			}
 			return c, err
 		})
 	})
@@ -288,4 +300,12 @@ func Run(ctx context.Context, cfg Config, loop WorkerFunc) (Summary, error) {
 		CommitP99Millis: stats.percentileMillis(0.99),
 		Faults:          stats.faultCounts(),
 	}, nil
+}
+
+// deadLetterTopic returns topics with the dead-letter topic, if any.
+func deadLetterTopic(topics []string, dlq string) []string {
+	if dlq == "" {
+		return topics
+	}
+	return append(topics, dlq)
 }

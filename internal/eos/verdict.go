@@ -89,6 +89,11 @@ func judge(c Check, stoppedBy string, elapsed time.Duration) (verdict, reason st
 	add(c.RejectedOutput, "outputs of rejected inputs")
 	add(c.Unknown, "unknown outputs")
 	add(c.StaleCommits, "commits by a worker stopped past its locks")
+	if c.DeadLetterTopic != "" {
+		add(c.DeadLetterMissing, "rejected inputs without a dead-letter copy")
+		add(c.DeadLetterDuplicates, "duplicate dead-letter copies")
+		add(c.DeadLetterWrong, "wrong dead-letter copies")
+	}
 	if c.Unacknowledged > 0 && stoppedBy == "" {
 		add(c.Unacknowledged, "inputs not acknowledged")
 	}
@@ -102,6 +107,9 @@ func judge(c Check, stoppedBy string, elapsed time.Duration) (verdict, reason st
 	var onPurpose []string
 	if c.Rejected > 0 {
 		onPurpose = append(onPurpose, fmt.Sprintf("%d rejected on purpose", c.Rejected))
+	}
+	if c.DeadLetterTopic != "" && c.DeadLetters > 0 {
+		onPurpose = append(onPurpose, fmt.Sprintf("%d dead-lettered", c.DeadLetters))
 	}
 	if c.ArchivedOnPurpose > 0 {
 		onPurpose = append(onPurpose, fmt.Sprintf("%d archived after deliberate aborts", c.ArchivedOnPurpose))
@@ -145,6 +153,13 @@ func (r Result) rows(outputsName string) [][2]string {
 		{"outputs of rejected inputs", fmt.Sprint(r.RejectedOutput)},
 		{"unknown outputs", fmt.Sprint(r.Unknown)},
 		{"archived inputs known from", r.ShareState},
+	}
+	if r.DeadLetterTopic != "" {
+		rows = append(rows,
+			[2]string{"dead-letter copies (" + r.DeadLetterTopic + ")", fmt.Sprint(r.DeadLetters)},
+			[2]string{"rejected inputs without a dead-letter copy", fmt.Sprint(r.DeadLetterMissing)},
+			[2]string{"duplicate or wrong dead-letter copies", fmt.Sprint(r.DeadLetterDuplicates + r.DeadLetterWrong)},
+		)
 	}
 	if r.EndUnknown > 0 {
 		rows = append(rows, [2]string{"no output, end unknown", fmt.Sprint(r.EndUnknown)})

@@ -112,6 +112,10 @@ type Check struct {
 	// claims (Faults.PausePastLock): the renewal before EndTxn must have
 	// refused them.
 	StaleCommits int `json:"stale_commits,omitempty"`
+	// DeadLetterTopic is the dead-letter topic the run checked ("":
+	// none), and DeadLetterCheck what it found there.
+	DeadLetterTopic string `json:"dead_letter_topic,omitempty"`
+	DeadLetterCheck
 	// MissingSample lists the first missing ids as ranges ("a..b").
 	MissingSample []string `json:"missing_sample,omitempty"`
 	// DuplicateSample lists the first ids seen more than once.
@@ -334,6 +338,12 @@ func waitStable(ctx context.Context, adm *kadm.Client, topic string, within time
 // readPartition fetches [0, end) of one partition at read_committed and
 // hands every returned record's value to fn.
 func readPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32, end int64, fn func([]byte)) error {
+	return readRecords(ctx, cl, topic, partition, end, func(r *kgo.Record) { fn(r.Value) })
+}
+
+// readRecords reads partition read_committed from its start to end, and
+// hands fn each committed record below end.
+func readRecords(ctx context.Context, cl *kgo.Client, topic string, partition int32, end int64, fn func(*kgo.Record)) error {
 	decompressor := kgo.DefaultDecompressor()
 	for offset := int64(0); offset < end; {
 		resp, err := fetchOnce(ctx, cl, topic, partition, offset)
@@ -351,7 +361,7 @@ func readPartition(ctx context.Context, cl *kgo.Client, topic string, partition 
 		}
 		for _, r := range fp.Records {
 			if r.Offset < end {
-				fn(r.Value)
+				fn(r)
 			}
 		}
 		if next <= offset {

@@ -37,7 +37,11 @@ type Worker struct {
 	TransactionalID      string
 	// Ledger is the claim ledger topic ("": KIP-1289): both the consumer
 	// and the producer name it (ShareLedger).
-	Ledger     string
+	Ledger string
+	// DeadLetter is the topic of the dead-letter copies of the records the
+	// loop rejects ("": none), written in the transaction that rejects
+	// them (shareconsumer.Consumer.DeadLetter).
+	DeadLetter string
 	TxnSize    int
 	TxnTimeout time.Duration
 	Logger     *slog.Logger
@@ -374,6 +378,9 @@ func (in *instance) finish() int {
 	if in.cons != nil {
 		kgoclient.ForgetFaults(in.cons.Client())
 	}
+	if in.prod != nil {
+		kgoclient.ForgetFaults(in.prod.Client())
+	}
 	held := len(in.pending)
 	for r, atLimit := range in.pending {
 		if atLimit {
@@ -571,6 +578,7 @@ func (in *instance) worker() Worker {
 		Output:          cfg.Output,
 		TransactionalID: in.slot.txnID,
 		Ledger:          cfg.Ledger,
+		DeadLetter:      cfg.DeadLetterTopic,
 		TxnSize:         cfg.TxnSize,
 		TxnTimeout:      cfg.TxnTimeout,
 		Logger:          in.log,
@@ -641,7 +649,13 @@ func (in *instance) pauseAt(ctx context.Context, afterClaims bool) {
 	// A renewal sent just before the pause holds the locks one lock
 	// duration from its arrival: a second past that they have run out.
 	pause := p.cfg.LockDuration + time.Second
-	kgoclient.PauseConnections(cons.Client(), pause)
+	if !kgoclient.PauseConnections(cons.Client(), pause) {
+		// A client made without the fault dialer would go on renewing
+		// the locks: the commit would then be right to succeed, and
+		// would be counted as stale. Leave the fault to another one.
+		p.pause[at].Store(true)
+		return
+	}
 	p.stats.fault(name)
 	in.mu.Lock()
 	in.expected = name
@@ -659,6 +673,12 @@ func (in *instance) pauseAt(ctx context.Context, afterClaims bool) {
 // worker dies when its loop hears of the commit (ended).
 func (in *instance) committed() {
 	p := in.pool
+	in.mu.Lock()
+	paused := in.expected == faultPauseBefore || in.expected == faultPauseAfter
+	in.mu.Unlock()
+	if paused {
+		return // a stale commit: ended must count it, not take it for this fault
+	}
 	if !in.owns() || !p.killAfter.CompareAndSwap(true, false) {
 		return
 	}
