@@ -1,7 +1,6 @@
 package eos
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -30,16 +29,8 @@ func deadCopy(in *Input, i int, group string) *kgo.Record {
 // what is missing, repeated or wrong; copies of another run's input are
 // not its business, and inputs archived at the delivery limit need none.
 func TestCheckDeadLetters(t *testing.T) {
-	c, err := broker.NewCluster(broker.Nodes(1))
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	seeds := c.Bootstrap()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	require.NoError(t, err)
-	defer cl.Close()
-	_, err = kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, "dlq")
+	seeds, cl, ctx := testCluster(t, broker.Nodes(1))
+	_, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, "dlq")
 	require.NoError(t, err)
 
 	in := testInput(40, 5) // poison: 4, 9, ..., 39

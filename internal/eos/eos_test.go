@@ -17,17 +17,8 @@ import (
 )
 
 func TestReadCommittedFindsDuplicatesMissingAndUnknown(t *testing.T) {
-	c, err := broker.NewCluster(broker.Nodes(2))
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	seeds := c.Bootstrap()
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	require.NoError(t, err)
-	defer cl.Close()
-	_, err = kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, "out")
+	seeds, cl, ctx := testCluster(t, broker.Nodes(2))
+	_, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, "out")
 	require.NoError(t, err)
 
 	// The input written to "out" is its own output: exactly once.
@@ -173,4 +164,19 @@ func indexOf(id string) int {
 	var i int
 	fmt.Sscanf(id, "id-%d", &i)
 	return i
+}
+
+// testCluster starts a bundled cluster with opts and returns its seeds, a
+// client of it and a context of a minute; the test closes them.
+func testCluster(t *testing.T, opts ...broker.Opt) ([]string, *kgo.Client, context.Context) {
+	t.Helper()
+	c, err := broker.NewCluster(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Bootstrap()...))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	return c.Bootstrap(), cl, ctx
 }

@@ -39,17 +39,9 @@ import (
 // reading until the final check, or reads to the end itself) and leaves
 // the verification's context unspent.
 func TestReviewShareStateWatchStoppedWithTheRun(t *testing.T) {
-	c, err := broker.NewCluster(broker.GroupConfigDefault("share.auto.offset.reset", "earliest"))
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	seeds := c.Bootstrap()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	require.NoError(t, err)
-	defer cl.Close()
+	seeds, cl, ctx := testCluster(t, broker.GroupConfigDefault("share.auto.offset.reset", "earliest"))
 	adm := kadm.NewClient(cl)
-	_, err = adm.CreateTopic(ctx, 1, 1, nil, "in")
+	_, err := adm.CreateTopic(ctx, 1, 1, nil, "in")
 	require.NoError(t, err)
 	in, err := WriteInput(ctx, seeds, "in", 6, 0, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)

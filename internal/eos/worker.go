@@ -68,10 +68,9 @@ func (h *Hooks) Started(cons *shareconsumer.Consumer, prod *producer.Producer) {
 	if h == nil {
 		return
 	}
-	in := h.inst
-	in.mu.Lock()
-	in.cons, in.prod = cons, prod
-	in.mu.Unlock()
+	h.inst.mu.Lock()
+	h.inst.cons, h.inst.prod = cons, prod
+	h.inst.mu.Unlock()
 }
 
 // instanceKey is how the context of a worker's calls carries its
