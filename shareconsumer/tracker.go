@@ -1,7 +1,6 @@
 package shareconsumer
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -290,7 +289,7 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 				continue
 			}
 			a.staged[idx] = nil
-			forcedDoneLocked(sr, errors.New("the transaction ended"))
+			forcedDoneLocked(sr, errTxnEnded)
 			n++
 			if committed && sr.ledger {
 				if a.dead {

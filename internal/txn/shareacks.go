@@ -26,8 +26,10 @@ type stagedAcks struct {
 	acks *acktrack.Set
 	meta kshare.ShareGroupMetadata
 	// ledger: a claim ledger carries them (StageLedgerAcks); the commit
-	// renews their locks instead of sending TxnShareAcknowledge.
-	ledger bool
+	// renews their locks instead of sending TxnShareAcknowledge, once
+	// durable says that their claims are.
+	ledger  bool
+	durable func(context.Context) error
 }
 
 // memberKey identifies the share-group member whose records are staged.
