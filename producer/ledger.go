@@ -53,28 +53,25 @@ func (p *Producer) ensureLedger(ctx context.Context) error {
 
 // writeClaims produces, in the current transaction, one claim of group
 // per input partition of acks (its accepted and rejected records) to the
-// ledger partition that input partition's claims go to, waits until each
-// is buffered, and sends them at once, without waiting for linger: the
-// commit renews the records' locks as soon as the claims are durable,
-// while the outputs still flush. durable waits, within its ctx, until
-// every claim has its answer, and returns the first failure. A record
-// that fails dooms the transaction as any record does; a ledger that
-// cannot be created or whose metadata cannot be loaded fails the call.
-func (p *Producer) writeClaims(ctx context.Context, acks *acktrack.Set, group string) (durable func(context.Context) error, err error) {
+// ledger partition that input partition's claims go to, and waits until
+// each is buffered. A record that fails dooms the transaction as any
+// record does, and the commit's flush reports it; a ledger that cannot be
+// created or whose metadata cannot be loaded fails the call.
+func (p *Producer) writeClaims(ctx context.Context, acks *acktrack.Set, group string) error {
 	const op = "write claims"
 	if err := p.ensureLedger(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	_, txnNum := p.txn.TxnState()
 	t, err := p.topic(ctx, p.cfg.ledger, txnNum)
 	if err != nil {
-		return nil, errs.Abortable(op, fmt.Errorf("ledger topic %q: %w", p.cfg.ledger, err))
+		return errs.Abortable(op, fmt.Errorf("ledger topic %q: %w", p.cfg.ledger, err))
 	}
 	t.mu.Lock()
 	n := int32(len(t.parts))
 	t.mu.Unlock()
 	if n == 0 {
-		return nil, errs.Abortable(op, fmt.Errorf("ledger topic %q has no partitions", p.cfg.ledger))
+		return errs.Abortable(op, fmt.Errorf("ledger topic %q has no partitions", p.cfg.ledger))
 	}
 	var recs []*kgo.Record
 	for _, tp := range acks.Partitions() {
@@ -92,52 +89,24 @@ func (p *Producer) writeClaims(ctx context.Context, acks *acktrack.Set, group st
 		if !ok || id == ([16]byte{}) {
 			it, err := p.topic(ctx, tp.Topic, txnNum)
 			if err != nil {
-				return nil, errs.Abortable(op, fmt.Errorf("topic id of %q: %w", tp.Topic, err))
+				return errs.Abortable(op, fmt.Errorf("topic id of %q: %w", tp.Topic, err))
 			}
 			id = it.id
 		}
 		c := ledger.Claim{Group: group, Topic: tp.Topic, TopicID: id, Partition: tp.Partition, Ranges: ranges, TransactionalID: p.cfg.txnID}
 		rec, err := p.claimRecord(c, n)
 		if err != nil {
-			return nil, errs.Usage(op, err)
+			return errs.Usage(op, err)
 		}
 		recs = append(recs, rec)
 	}
 	// The claims fail or succeed with the transaction: Produce dooms it
-	// if one fails. Their answers are counted here for durable.
-	answers := make(chan error, len(recs))
+	// if one fails, and the commit's flush waits for all of them before
+	// the renewals.
 	for _, rec := range recs {
-		p.Produce(ctx, rec, func(_ *kgo.Record, err error) { answers <- err })
+		p.Produce(ctx, rec, nil)
 	}
-	t.sendOpenBatches()
-	p.poke()
-	return func(ctx context.Context) error {
-		for range recs {
-			select {
-			case err := <-answers:
-				if err != nil {
-					return err
-				}
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		return nil
-	}, nil
-}
-
-// sendOpenBatches closes the open batch of each of t's partitions, so
-// that the dispatcher sends it without waiting for linger.
-func (t *topic) sendOpenBatches() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, part := range t.parts {
-		part.mu.Lock()
-		if n := len(part.batches); n > 0 {
-			part.batches[n-1].closed = true
-		}
-		part.mu.Unlock()
-	}
+	return nil
 }
 
 // claimRecord is the ledger record of c, for a ledger of n partitions.

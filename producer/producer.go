@@ -360,7 +360,7 @@ func (p *Producer) SendShareAcksToTransaction(ctx context.Context, acks *kshare.
 		return errClosed("send share acknowledgements to transaction")
 	}
 	if p.cfg.ledger != "" {
-		return p.txn.StageLedgerAcks(ctx, p.cfg.ledger, acks, meta, func(ctx context.Context, set *acktrack.Set) (func(context.Context) error, error) {
+		return p.txn.StageLedgerAcks(ctx, p.cfg.ledger, acks, meta, func(ctx context.Context, set *acktrack.Set) error {
 			return p.writeClaims(ctx, set, meta.GroupID)
 		})
 	}

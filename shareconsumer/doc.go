@@ -109,11 +109,15 @@
 //
 // # Records, delivery counts and locks
 //
-// Poll returns *kgo.Record values. kgo.Record has no room for the share
+// Poll returns *kgo.Record values. kgo.Record has no field for the share
 // fields, so the consumer answers for them: DeliveryCount(r) and
 // LockDeadline(r) look the record up by topic, partition and offset. The
 // lock deadline is the time the fetch was sent plus the broker's
-// AcquisitionLockTimeoutMillis, so it errs early.
+// AcquisitionLockTimeoutMillis, so it errs early. kgo's own accessors
+// (Record.DeliveryCount and Record.AcquisitionDeadline, franz-go 1.22.3)
+// read state that only kgo's share consumer can attach to a record (under
+// an unexported context key): on records from this consumer they return 0
+// and the zero time. Use the consumer's.
 //
 // # Fetching ahead of Poll, and MaxPollRecords
 //

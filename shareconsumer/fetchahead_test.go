@@ -385,3 +385,67 @@ func TestReleasedRecordsAreNotFetchedAheadAgain(t *testing.T) {
 		other.Close(e.ctx)
 	}
 }
+
+// ShareAcquireMode is sent in every ShareFetch: in batch-optimized mode a
+// leader hands out a whole batch past MaxPollRecords (the consumer keeps
+// the rest for the next Polls), in the default record-limit mode it
+// acquires at most MaxPollRecords. A value that is neither is refused.
+func TestShareAcquireMode(t *testing.T) {
+	_, err := shareconsumer.New(shareconsumer.SeedBrokers("127.0.0.1:1"), shareconsumer.Group("g"), shareconsumer.Topics("t"),
+		shareconsumer.ShareAcquireMode(shareconsumer.AcquireMode(7)))
+	require.ErrorIs(t, err, kshare.ErrUsage)
+	require.Equal(t, "batch_optimized", shareconsumer.BatchOptimized.String())
+
+	const n, perPoll = 100, 10
+	for _, tc := range []struct {
+		mode        shareconsumer.AcquireMode
+		opts        []shareconsumer.Opt
+		mostInFetch int64
+	}{
+		{shareconsumer.RecordLimit, nil, perPoll},
+		{shareconsumer.BatchOptimized, []shareconsumer.Opt{shareconsumer.ShareAcquireMode(shareconsumer.BatchOptimized)}, n},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			e := newEnv(t, broker.ShareLockDuration(time.Hour))
+			e.createTopic("t", 1)
+			e.groupConfig("g")
+			e.produce("t", 1, values("v", n)...) // one batch
+			var mu sync.Mutex
+			modes := make(map[int8]bool)
+			var most int64
+			stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+				sf, ok := req.(*kmsg.ShareFetchRequest)
+				if !ok {
+					return broker.FaultAction{}
+				}
+				mu.Lock()
+				modes[sf.ShareAcquireMode] = true
+				mu.Unlock()
+				return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+					r, ok := resp.(*kmsg.ShareFetchResponse)
+					if !ok {
+						return
+					}
+					var acquired int64
+					for _, tp := range r.Topics {
+						for _, p := range tp.Partitions {
+							for _, a := range p.AcquiredRecords {
+								acquired += a.LastOffset - a.FirstOffset + 1
+							}
+						}
+					}
+					mu.Lock()
+					most = max(most, acquired)
+					mu.Unlock()
+				}}
+			})
+			defer stop()
+			c := e.consumer("g", "t", append([]shareconsumer.Opt{shareconsumer.Mode(shareconsumer.Transactional), shareconsumer.MaxPollRecords(perPoll)}, tc.opts...)...)
+			require.Len(t, pollRecords(e.ctx, t, c, perPoll), perPoll, "a Poll returns at most MaxPollRecords either way")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, map[int8]bool{int8(tc.mode): true}, modes)
+			require.Equal(t, tc.mostInFetch, most)
+		})
+	}
+}

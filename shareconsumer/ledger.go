@@ -224,12 +224,12 @@ func (c *Consumer) settleCoveredLocked(res *fetchResult, inputs map[kshare.Topic
 		if len(g.recs) == 0 {
 			continue
 		}
-		if !a.usable(now) { // Poll frees them
-			kept = append(kept, g)
-			continue
-		}
-		// The records are in offset order: one walk along the claimed
-		// ranges, which are usually none.
+		// Every record is looked up, even one whose lock looks gone: a
+		// renewal in flight may still give it back its lock, and Poll
+		// must never return a record that was not. The records are in
+		// offset order: one walk along the claimed ranges, which are
+		// usually none.
+		usable := a.usable(now)
 		claimed := c.ledger.Claimed(inputs[a.tp], g.recs[0].Offset, g.recs[len(g.recs)-1].Offset)
 		if len(claimed) > 0 {
 			recs := g.recs[:0]
@@ -250,11 +250,14 @@ func (c *Consumer) settleCoveredLocked(res *fetchResult, inputs map[kshare.Topic
 			g.recs = recs
 		}
 		if len(covered) > 0 {
-			js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			taken := a.take(func(idx int) (wire.AckType, bool) {
 				t, ok := covered[idx]
 				return t, ok
-			}))
-			n += len(covered)
+			})
+			if usable { // else the lock is gone: nothing to acknowledge
+				js.add(a, taken)
+				n += len(covered)
+			}
 			c.held.compact(a.tp)
 		}
 		if len(g.recs) > 0 {

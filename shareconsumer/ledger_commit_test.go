@@ -135,9 +135,9 @@ func TestLedgerCommitFailsWhileClaimsHeld(t *testing.T) {
 }
 
 // The outputs' flush is held while the claims are durable: the renewal
-// runs meanwhile (it needs only the claims), but the commit, whose ctx
-// ends before the flush does, fails without EndTxn(COMMIT).
-func TestLedgerRenewWhileFlushHeldThenFlushFails(t *testing.T) {
+// waits for the whole flush, and the commit, whose ctx ends before the
+// flush does, fails without a RENEW or EndTxn(COMMIT).
+func TestLedgerFlushHeldThenFlushFails(t *testing.T) {
 	const inputs = 4
 	// The ledger's leader is not the output's: the claims do not queue
 	// behind the held outputs on one connection.
@@ -169,7 +169,7 @@ func TestLedgerRenewWhileFlushHeldThenFlushFails(t *testing.T) {
 	cctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.CommitTransaction(cctx) }()
-	e.eventually("the renewal runs while the outputs are held", func() bool { return w.renews.Load() > 0 })
+	e.eventually("the commit's flush reaches the held outputs", func() bool { return w.outputsSeen.Load() > 0 })
 	select {
 	case err := <-done:
 		t.Fatalf("the commit returned (%v) while its outputs were held", err)
@@ -180,7 +180,7 @@ func TestLedgerRenewWhileFlushHeldThenFlushFails(t *testing.T) {
 	require.Error(t, err)
 	t.Logf("commit: %v", err)
 	require.Zero(t, w.commits.Load(), "EndTxn(COMMIT) sent by a commit whose flush failed")
-	require.Zero(t, w.renewsEarly.Load())
+	require.Zero(t, w.renews.Load(), "a RENEW sent before the flush was done")
 	outputs.open()
 	require.NoError(t, p.AbortTransaction(e.ctx))
 	t.Log("aborted")

@@ -72,6 +72,8 @@ type config struct {
 	groupConfigs []kmsg.IncrementalAlterConfigsRequestResourceConfig
 	// ledger is ShareLedger: the claim ledger topic, empty for none.
 	ledger string
+	// acquireMode is ShareAcquireMode's.
+	acquireMode AcquireMode
 }
 
 // Defaults. The fetch sizes and the wait are kgo's share-consumer defaults,
@@ -98,6 +100,7 @@ func defaultConfig() config {
 		maxBytes:   DefaultFetchMaxBytes,
 
 		maxPollInterval: DefaultMaxPollInterval,
+		acquireMode:     RecordLimit,
 	}
 }
 
@@ -120,6 +123,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("fetch max bytes %d is not positive", c.maxBytes)
 	case c.maxPollInterval <= 0:
 		return fmt.Errorf("max poll interval %v is not positive", c.maxPollInterval)
+	case c.acquireMode != RecordLimit && c.acquireMode != BatchOptimized:
+		return fmt.Errorf("unknown acquire mode %d", c.acquireMode)
 	case c.ledger != "" && c.mode != Transactional:
 		return fmt.Errorf("a claim ledger (ShareLedger %q) needs Transactional mode, not %v", c.ledger, c.mode)
 	}
@@ -161,13 +166,49 @@ func Topics(topics ...string) Opt {
 func Mode(m AckMode) Opt { return optFunc(func(c *config) { c.mode = m }) }
 
 // MaxPollRecords sets the most records one Poll returns (default 500).
-// Every ShareFetch asks its leader for at most n records in the record
-// limit acquire mode (ShareFetch v2, KIP-1206), so that a leader locks no
-// more than that; a leader without it (ShareFetch v1) may acquire whole
-// record batches past n, and the records beyond n then wait, renewed, for
-// the next Poll. Records of several leaders' fetches make up one Poll,
+// Every ShareFetch asks its leader for at most n records, in the record
+// limit acquire mode by default (ShareFetch v2, KIP-1206; see
+// ShareAcquireMode), so that a leader locks no more than that; a leader
+// in batch-optimized mode, or without it (ShareFetch v1), may acquire
+// whole record batches past n, and the records beyond n then wait,
+// renewed, for the next Poll. Records of several leaders' fetches make up one Poll,
 // still at most n.
 func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords = n }) }
+
+// AcquireMode is how a share-partition leader applies MaxPollRecords when
+// it hands records out: Kafka's share.acquire.mode (KIP-1206), sent in
+// every ShareFetch (v2). Its values are the protocol's.
+type AcquireMode int8
+
+const (
+	// BatchOptimized lets the leader hand out whole record batches, past
+	// MaxPollRecords (Kafka's batch_optimized, the Java consumer's
+	// default): fewer fetches for large batches, but the consumer holds,
+	// and renews, the records past MaxPollRecords for the next Poll, and
+	// no other member gets them meanwhile.
+	BatchOptimized AcquireMode = 0
+	// RecordLimit has the leader acquire at most MaxPollRecords records
+	// per fetch, splitting a batch if it must (Kafka's record_limit):
+	// what a consumer holds is one Poll and one fetch ahead. The default.
+	RecordLimit AcquireMode = 1
+)
+
+// String returns the mode's name as Kafka's share.acquire.mode spells it.
+func (m AcquireMode) String() string {
+	switch m {
+	case BatchOptimized:
+		return "batch_optimized"
+	case RecordLimit:
+		return "record_limit"
+	}
+	return fmt.Sprintf("AcquireMode(%d)", int8(m))
+}
+
+// ShareAcquireMode sets how leaders apply MaxPollRecords (default
+// RecordLimit). A leader with ShareFetch v1 only hands out whole batches,
+// whatever the mode. New refuses a value that is neither mode
+// (kshare.ErrUsage).
+func ShareAcquireMode(m AcquireMode) Opt { return optFunc(func(c *config) { c.acquireMode = m }) }
 
 // MaxPollInterval sets how long records fetched ahead of Poll are held for
 // an application that does not call Poll (default 5 minutes, Kafka's

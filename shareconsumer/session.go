@@ -38,11 +38,6 @@ const requestGrace = 15 * time.Second
 // acknowledgements.
 const ackMaxWait = 500 * time.Millisecond
 
-// shareAcquireRecordLimit is ShareFetch v2's record-limit acquire mode
-// (KIP-1206): the leader acquires at most MaxRecords records, not whole
-// batches past it. A v1 broker ignores the field.
-const shareAcquireRecordLimit int8 = 1
-
 // session is the share session with one partition leader, and the
 // goroutine that owns it: it alone sends ShareFetch and ShareAcknowledge to
 // that leader, one at a time, as the broker requires. Fields are guarded by
@@ -501,7 +496,7 @@ func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition,
 	req.MaxBytes = c.cfg.maxBytes
 	req.MaxRecords = c.cfg.maxRecords
 	req.BatchSize = c.cfg.maxRecords
-	req.ShareAcquireMode = shareAcquireRecordLimit
+	req.ShareAcquireMode = int8(c.cfg.acquireMode) // a v1 broker ignores it
 	topics := make(map[[16]byte]int)
 	addPart := func(tp kshare.TopicPartition, id [16]byte) *kmsg.ShareFetchRequestTopicPartition {
 		ti, ok := topics[id]

@@ -102,27 +102,14 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 		}
 		flushed <- err
 	}
-	if staged || ledger {
+	if staged {
 		go doFlush() // its result is received below on every path
 	} else {
 		doFlush()
 	}
-	var stageErr, renewErr error
+	var stageErr error
 	if staged {
 		stageErr = m.sendStagedShareAcks(stageCtx)
-	}
-	if ledger && stageErr == nil {
-		// Only a lock renewed after the claims are durable (acks=all)
-		// proves that no other member was handed the records before the
-		// claims could be seen; the outputs need not be durable for that,
-		// so the renewal runs while they flush.
-		renewErr = m.ledgerClaimsDurable(stageCtx)
-		if renewErr == nil {
-			if h := faultHooks.Load(); h != nil && h.BeforeRenew != nil {
-				h.BeforeRenew(ctx)
-			}
-			renewErr = m.renewLedgerAcks(stageCtx)
-		}
 	}
 	if err := <-flushed; err != nil {
 		return m.commitFailed(ctx, op, err, drain)
@@ -137,8 +124,16 @@ func (m *Manager) Commit(ctx context.Context, flush, drain func(context.Context)
 	if stageErr != nil {
 		return m.commitFailed(ctx, op, stageErr, drain)
 	}
-	if renewErr != nil {
-		return m.commitFailed(ctx, op, renewErr, drain)
+	if ledger {
+		if h := faultHooks.Load(); h != nil && h.BeforeRenew != nil {
+			h.BeforeRenew(ctx)
+		}
+		// The claims are durable now (acks=all, flushed): only a lock
+		// renewed after that proves that no other member was handed the
+		// records before the claims could be seen.
+		if err := m.renewLedgerAcks(ctx); err != nil {
+			return m.commitFailed(ctx, op, err, drain)
+		}
 	}
 
 	m.mu.Lock()

@@ -16,10 +16,9 @@ type FaultHooks struct {
 	// worker that stalls here past its locks leaves the records to
 	// another member that finds no claim for them.
 	BeforeClaims func(ctx context.Context)
-	// BeforeRenew runs once the claims are durable (the outputs may
-	// still be flushing) and before their records' locks are renewed: a
-	// worker that stalls here past its locks is the old holder of the
-	// ledger's race.
+	// BeforeRenew runs once the claims are durable (the flush is done)
+	// and before their records' locks are renewed: a worker that stalls
+	// here past its locks is the old holder of the ledger's race.
 	BeforeRenew func(ctx context.Context)
 	// Committed runs once EndTxn(COMMIT) was answered, before the
 	// consumers learn the outcome and send their acknowledgements: a

@@ -22,13 +22,11 @@ var SkipLedgerRenewal atomic.Bool
 // to the current transaction, on any cluster (KIP-1289 is not needed):
 // the tracker checks and stages them (Staging.Ledger; it renews their
 // locks from now on), then write puts their claims in the transaction
-// (records produced to the ledger topic) and returns durable, which
-// waits until they are durable (acks=all) and returns the first failure.
-// At commit, once durable has returned nil, the Manager renews every
-// record's lock through the tracker's acktrack.Renewer while the rest of
-// the transaction flushes, and refuses to commit if one renewal fails;
-// after EndTxn committed, the tracker sends the plain acknowledgements as
-// it resolves them.
+// (records produced to the ledger topic). At commit, after the flush has
+// made the claims durable, the Manager renews every record's lock
+// through the tracker's acktrack.Renewer and refuses to commit if one
+// renewal fails; after EndTxn committed, the tracker sends the plain
+// acknowledgements as it resolves them.
 //
 // Failures doom the transaction, as StageShareAcks' do: invalid
 // acknowledgements or metadata, a nil ctx, a tracker that cannot renew
@@ -36,7 +34,7 @@ var SkipLedgerRenewal atomic.Bool
 // class, ErrAbortable if it has none). Once the tracker's Stage has
 // accepted acks, its Resolve is called exactly once, as for
 // StageShareAcks.
-func (m *Manager) StageLedgerAcks(ctx context.Context, ledgerTopic string, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata, write func(context.Context, *acktrack.Set) (durable func(context.Context) error, err error)) error {
+func (m *Manager) StageLedgerAcks(ctx context.Context, ledgerTopic string, acks *kshare.ShareAcks, meta kshare.ShareGroupMetadata, write func(context.Context, *acktrack.Set) error) error {
 	const op = "send share acknowledgements to transaction"
 	set := (*acktrack.Set)(acks)
 	if err := ValidateShareAcks(set, meta); err != nil {
@@ -71,8 +69,7 @@ func (m *Manager) StageLedgerAcks(ctx context.Context, ledgerTopic string, acks 
 	}
 	// The claims are written while the operation holds the Manager, so
 	// no commit can start between the staging and its claims.
-	durable, err := write(ctx, set)
-	if err != nil {
+	if err := write(ctx, set); err != nil {
 		t.Resolve(set, false)
 		return m.doomWith(op, trackerRefusal(op, err))
 	}
@@ -83,31 +80,8 @@ func (m *Manager) StageLedgerAcks(ctx context.Context, ledgerTopic string, acks 
 		t.Resolve(set, false)
 		return err
 	}
-	m.txn.staged = append(m.txn.staged, stagedAcks{acks: set, meta: meta, ledger: true, durable: durable})
+	m.txn.staged = append(m.txn.staged, stagedAcks{acks: set, meta: meta, ledger: true})
 	m.unlock()
-	return nil
-}
-
-// ledgerClaimsDurable waits, within ctx, until the claims of every
-// ledger staging are durable, and returns the first failure.
-func (m *Manager) ledgerClaimsDurable(ctx context.Context) error {
-	m.mu.Lock()
-	var waits []func(context.Context) error
-	for _, s := range m.txn.staged {
-		if s.ledger {
-			if s.durable == nil { // renewing would prove nothing
-				m.unlock()
-				return errors.New("claims written without a way to know they are durable")
-			}
-			waits = append(waits, s.durable)
-		}
-	}
-	m.unlock()
-	for _, wait := range waits {
-		if err := wait(ctx); err != nil {
-			return fmt.Errorf("claims not written: %w", err)
-		}
-	}
 	return nil
 }
 

@@ -26,10 +26,8 @@ type stagedAcks struct {
 	acks *acktrack.Set
 	meta kshare.ShareGroupMetadata
 	// ledger: a claim ledger carries them (StageLedgerAcks); the commit
-	// renews their locks instead of sending TxnShareAcknowledge, once
-	// durable says that their claims are.
-	ledger  bool
-	durable func(context.Context) error
+	// renews their locks instead of sending TxnShareAcknowledge.
+	ledger bool
 }
 
 // memberKey identifies the share-group member whose records are staged.
