@@ -509,3 +509,83 @@ func TestLedgerMetadataBlipIsNotUsage(t *testing.T) {
 	}
 	require.Zero(t, c.Metrics().ReleasedUnseen)
 }
+
+// A round that settles buffered records while their lock looks gone (the
+// consumer's renewal is still in flight) looks them up all the same: the
+// renewal may give the lock back, and a Poll after that must not return
+// a record that a committed claim covers (an earlier holder committed it;
+// its acknowledgement was lost). The broker's lock is an hour; the
+// answers tell the consumer 300ms, and a renewal's answer an hour again.
+func TestLedgerRoundLooksUpRecordsWhoseLockLooksGone(t *testing.T) {
+	const inputs = 4
+	e, id := ledgerEnv(t, inputs, broker.ShareLockDuration(time.Hour))
+	inID := e.topicID("in")
+	in := ledger.Input{Group: "g", TopicID: inID, Partition: 0}
+	claim := ledger.Claim{Group: "g", Topic: "in", TopicID: inID, Partition: 0, TransactionalID: "earlier",
+		Ranges: []ledger.Range{{First: 0, Last: inputs - 1, Type: ledger.TypeAccept}}}
+	v, err := claim.Encode()
+	require.NoError(t, err)
+	w := e.client(kgo.TransactionalID("earlier"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, w.BeginTransaction())
+	require.NoError(t, w.ProduceSync(e.ctx, &kgo.Record{Topic: ledgerTopic, Partition: in.LedgerPartition(4), Value: v}).FirstErr())
+	require.NoError(t, w.EndTransaction(e.ctx, kgo.TryCommit))
+
+	ledgerGate, renewGate := newGate(), newGate()
+	var fetchedAt atomic.Int64
+	var ledgerReads, renews atomic.Int32
+	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
+		switch r := req.(type) {
+		case *kmsg.ShareFetchRequest:
+			return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+				if sf, ok := resp.(*kmsg.ShareFetchResponse); ok {
+					sf.AcquisitionLockTimeoutMillis = 300
+					fetchedAt.CompareAndSwap(0, time.Now().UnixNano())
+				}
+			}}
+		case *kmsg.ShareAcknowledgeRequest:
+			if r.IsRenewAck {
+				renews.Add(1)
+				renewGate.wait(e.ctx)
+				return broker.FaultAction{AfterHandling: func(resp kmsg.Response) {
+					if sa, ok := resp.(*kmsg.ShareAcknowledgeResponse); ok {
+						sa.AcquisitionLockTimeoutMillis = int32(time.Hour / time.Millisecond)
+					}
+				}}
+			}
+		default:
+			if isLedgerRead(req, id) {
+				ledgerReads.Add(1)
+				ledgerGate.wait(e.ctx)
+			}
+		}
+		return broker.FaultAction{}
+	})
+	t.Cleanup(func() { stop(); ledgerGate.open(); renewGate.open() })
+	c := e.ledgerConsumer()
+
+	// The first Poll starts the fetching; it gives up once the round is
+	// held at the ledger, and the records stay buffered.
+	pctx, cancel := context.WithCancel(e.ctx)
+	polled := make(chan []*kgo.Record, 1)
+	go func() {
+		recs, _ := c.Poll(pctx)
+		polled <- recs
+	}()
+	e.eventually("the round reads the ledger", func() bool { return ledgerReads.Load() > 0 })
+	cancel()
+	require.Empty(t, <-polled)
+	e.eventually("the buffered records' renewal is in flight", func() bool { return renews.Load() > 0 })
+	// Past the lock the consumer was told of (from a time no earlier than
+	// the fetch was sent), whatever the machine's speed.
+	time.Sleep(time.Until(time.Unix(0, fetchedAt.Load()).Add(400 * time.Millisecond)))
+	ledgerGate.open()
+	e.eventually("the round settled", func() bool { return c.Metrics().LedgerResolves > 0 })
+	renewGate.open()
+	e.eventually("the renewal gave the lock back", func() bool { return c.Metrics().LocksRenewed > 0 })
+
+	pctx, cancel = context.WithTimeout(e.ctx, 500*time.Millisecond)
+	defer cancel()
+	recs, err := c.Poll(pctx)
+	require.Empty(t, recs, "Poll returned records that a committed claim covers, never looked up")
+	require.ErrorIs(t, err, kshare.ErrAbortable)
+}
