@@ -103,8 +103,8 @@ func kshareEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, e
 			prod.Close(cctx)
 			cons.Close(cctx)
 			m := cons.Metrics()
-			run.ledgerPolls.Add(m.LedgerPolls)
-			run.ledgerNanos.Add(int64(m.LedgerPollWait))
+			run.ledgerPolls.Add(m.LedgerResolves)
+			run.ledgerNanos.Add(int64(m.LedgerResolveTime))
 		}()
 		if err := prod.InitTransactions(ctx); err != nil {
 			return err

@@ -106,12 +106,6 @@ type Consumer struct {
 	ledgerCl       *kgo.Client // the ledger's reader, closed with cl
 	ledgerReady    bool
 	ledgerPrunedAt time.Time
-	// The ledger loop (ledgerLoop) resolves what sessions buffer: woken
-	// by ledgerWake, ended by ledgerCancel when Close begins.
-	ledgerCtx    context.Context
-	ledgerCancel context.CancelFunc
-	ledgerWake   chan struct{}
-	ledgerDone   chan struct{}
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
@@ -180,11 +174,6 @@ func New(opts ...Opt) (*Consumer, error) {
 	c.startCheck.wake = make(chan struct{}, 1)
 	c.startCheck.done = make(chan struct{})
 	go c.startCheckLoop()
-	if c.ledger != nil {
-		c.ledgerCtx, c.ledgerCancel = context.WithCancel(c.bgCtx)
-		c.ledgerWake, c.ledgerDone = make(chan struct{}, 1), make(chan struct{})
-		go c.ledgerLoop()
-	}
 	go c.heartbeatLoop()
 	return c, nil
 }
@@ -364,12 +353,36 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	}
 	c.startPollingLocked()
 	defer c.stopPolling()
-	began := time.Now()
 	for {
-		if recs, ledgerWait := c.takeReadyLocked(time.Now(), began); len(recs) > 0 {
+		if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
 			if c.ledger != nil {
-				c.metrics.LedgerPollWait += max(ledgerWait, 0)
-				c.metrics.LedgerPolls++
+				// Every record is resolved against the ledger, after its
+				// acquisition, before the application sees it. No session
+				// long-polls for more meanwhile.
+				c.polling = false
+				c.mu.Unlock()
+				kept, err := c.resolveFromLedger(ctx, recs)
+				c.mu.Lock()
+				switch {
+				case err != nil:
+					c.polling = false
+					c.mu.Unlock()
+					return nil, err
+				case len(kept) == 0:
+					if c.closing {
+						c.mu.Unlock()
+						return nil, errClosed(op)
+					}
+					// All were settled by the ledger: wait for more.
+					c.polling = true
+					for _, s := range c.sessOrder {
+						if s.buffered == nil {
+							s.poke()
+						}
+					}
+					continue
+				}
+				recs = kept
 			}
 			// Sessions woken to fetch again see that no Poll waits.
 			c.polling = false
@@ -414,13 +427,6 @@ func (c *Consumer) ctxEnded(op string, ctx context.Context) error {
 	c.mu.Unlock()
 	if !joined {
 		err = c.dials.Explain(err)
-	}
-	if c.ledger != nil {
-		if f := c.ledger.Failing(); f != nil {
-			// Records wait for a ledger that does not answer: say so.
-			err = fmt.Errorf("%w (records wait for the claim ledger %q, whose reads have failed for %v: %w)",
-				err, c.ledger.Topic(), time.Since(f.Since).Round(time.Millisecond), f.Err)
-		}
 	}
 	return errs.Abortable(op, err)
 }
@@ -485,20 +491,16 @@ func (c *Consumer) stopPolling() {
 // emptied fetch again. Sessions are visited from a rotating start so that
 // none is always first. A buffered acquisition whose lock ran out is
 // dropped and counted; one that would pass the limit is split, and its
-// rest stays buffered. With a ledger, only resolved buffers are taken,
-// and ledgerWait is how long, at most, their records waited for the
-// ledger loop after began (a Poll's start) and after they were buffered.
-func (c *Consumer) takeReadyLocked(now, began time.Time) (out []*kgo.Record, ledgerWait time.Duration) {
+// rest stays buffered.
+func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
+	var out []*kgo.Record
 	limit := int(c.cfg.maxRecords)
 	n := len(c.sessOrder)
 	for i := 0; i < n && len(out) < limit; i++ {
 		s := c.sessOrder[(c.pollStart+i)%n]
 		res := s.buffered
-		if res == nil || (c.ledger != nil && !res.resolved) {
-			continue // with a ledger, the ledger loop resolves them first
-		}
-		if c.ledger != nil && len(res.groups) > 0 {
-			ledgerWait = max(ledgerWait, res.resolvedAt.Sub(later(began, res.bufferedAt)))
+		if res == nil {
+			continue
 		}
 		for len(res.groups) > 0 && len(out) < limit {
 			g := &res.groups[0]
@@ -562,15 +564,7 @@ func (c *Consumer) takeReadyLocked(now, began time.Time) (out []*kgo.Record, led
 	if n > 0 {
 		c.pollStart = (c.pollStart + 1) % n
 	}
-	return out, ledgerWait
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+	return out
 }
 
 // acceptLastPollLocked accepts every record of the last Poll that is still
@@ -617,13 +611,10 @@ func (c *Consumer) signalReady() {
 // classified as backgroundClass says: for the next Poll, or for every Poll
 // from now on when the consumer cannot go on (ErrFatal, ErrUnsupported).
 func (c *Consumer) queueErrLocked(err error) {
-	c.queueClassifiedLocked(errs.New(backgroundClass(err), "poll", err))
-}
-
-// queueClassifiedLocked keeps cerr, classified already, for Poll.
-func (c *Consumer) queueClassifiedLocked(cerr error) {
 	const maxQueued = 16
-	if errors.Is(cerr, kshare.ErrFatal) || errors.Is(cerr, kshare.ErrUnsupported) {
+	class := backgroundClass(err)
+	cerr := errs.New(class, "poll", err)
+	if class == kshare.ErrFatal || class == kshare.ErrUnsupported {
 		c.stickLocked(cerr)
 		return
 	}
@@ -761,9 +752,6 @@ func (c *Consumer) Close(ctx context.Context) error {
 	c.reachCheck.Stop()
 	c.closing = true
 	close(c.closeCh)
-	if c.ledgerCancel != nil {
-		c.ledgerCancel()
-	}
 	for _, s := range c.sessOrder {
 		s.poke()
 	}
@@ -799,9 +787,6 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	c.bgCancel()
 	<-c.startCheck.done
-	if c.ledgerDone != nil {
-		<-c.ledgerDone
-	}
 	c.cl.Close()
 	if c.ledgerCl != nil {
 		c.ledgerCl.Close()

@@ -83,20 +83,3 @@ func SetLedgerPruneEvery(d time.Duration) (restore func()) {
 	ledgerPruneEvery = d
 	return func() { ledgerPruneEvery = old }
 }
-
-// LedgerBuffered counts c's sessions whose buffered fetch waits for the
-// ledger loop, and those whose buffered fetch it resolved (tests only).
-func LedgerBuffered(c *Consumer) (unresolved, resolved int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.sessOrder {
-		switch {
-		case s.buffered == nil:
-		case s.buffered.resolved:
-			resolved++
-		default:
-			unresolved++
-		}
-	}
-	return unresolved, resolved
-}

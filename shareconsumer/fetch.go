@@ -151,12 +151,7 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 		s.buffered = res
 		// Renewed until Poll takes them (dueRenewalsLocked).
 		s.renewDueByLocked(deadline)
-		if c.ledger != nil {
-			res.bufferedAt = time.Now()
-			c.wakeLedger() // which signals Poll once they are resolved
-		} else {
-			c.signalReady()
-		}
+		c.signalReady()
 	}
 	if c.slow && len(res.groups) == 0 {
 		c.passTurnLocked(s) // nothing here: the Poll asks the next leader

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/internal/acktrack"
 	"github.com/kshare-go/kshare/internal/errs"
@@ -19,35 +21,28 @@ import (
 // every producer or acknowledger that commits its records the same topic
 // (producer.ShareLedger, acknowledger.ShareLedger).
 //
-// With it, every record is resolved against the ledger before Poll
-// returns it. As soon as a share fetch's records arrive, the consumer's
-// ledger loop reads the ledger partitions of their input partitions
-// read_committed past their high watermarks (an open transaction that
-// wrote a claim before the acquisition holds the read back until it
-// ends), while the application still works on what the last Poll
-// returned; a record a committed claim covers is acknowledged by the
-// consumer as the claim says (its output committed earlier and its
-// acknowledgement was lost) and counted in Metrics().ResolvedFromLedger
-// instead of being returned. Every record is resolved, not only
-// redeliveries: Kafka's delivery counts are not reliable enough to tell
-// them (docs/design.md). A round costs a ListOffsets and a Fetch per
-// ledger leader, sent together; a Poll waits for one only when the
-// application polls faster than the ledger answers
-// (Metrics().LedgerPollWait).
+// With it, Poll resolves every record it is about to return against the
+// ledger: after the records were acquired, it reads the ledger partition
+// of their input partition read_committed past its high watermark (an
+// open transaction that wrote a claim before the acquisition holds the
+// read back until it ends), and a record a committed claim covers is
+// acknowledged by the consumer as the claim says (its output committed
+// earlier and its acknowledgement was lost) and counted in
+// Metrics().ResolvedFromLedger instead of being returned. Every record is
+// resolved, not only redeliveries: Kafka's delivery counts are not
+// reliable enough to tell them (docs/design.md). This costs Poll a
+// ListOffsets and a fetch of the ledger partitions involved, whose work
+// is the claims written since the last Poll.
 //
 // The first Poll creates the topic if it is missing (ledger.DefaultPartitions
 // partitions, the cluster's default replication factor); a ledger that
-// does not exist and cannot be created fails Poll with kshare.ErrUsage.
-// A ledger that cannot be read (refused, or deleted) is kshare.ErrUsage
-// too, from a later Poll, and the records of that round are released.
-// Failures that pass (a leader move, a broker restart) are retried, and
-// an open transaction that wrote a claim holds the ledger back until it
-// ends: Poll waits for the ledger within its context, a ctx that ends
-// first is kshare.ErrAbortable, and the records stay buffered (their
-// locks renewed) for the next Poll.
+// does not exist and cannot be created, or cannot be read, fails Poll with
+// kshare.ErrUsage (the records it would have returned are released).
+// Poll waits for the ledger within its context: a ctx that ends first is
+// kshare.ErrAbortable, and the records go back to the group.
 func ShareLedger(topic string) Opt { return optFunc(func(c *config) { c.ledger = topic }) }
 
-// ledgerPruneEvery is how often the ledger loop drops claims below the group's
+// ledgerPruneEvery is how often Poll drops claims below the group's
 // share-partition start offsets from the resolver's memory, and truncates
 // the ledger below the claims still held (a variable for tests).
 var ledgerPruneEvery = 30 * time.Second
@@ -69,137 +64,67 @@ func (c *Consumer) ensureLedgerLocked(ctx context.Context) error {
 		return err
 	}
 	c.ledgerReady = true
-	c.wakeLedger()
 	return nil
 }
 
-// ledgerRound is what one round of the ledger loop resolves: the records
-// sessions fetched and buffered for Poll, which Poll does not return
-// before a round has resolved them.
-type ledgerRound struct {
-	results map[*session]*fetchResult
-	inputs  map[kshare.TopicPartition]ledger.Input
-	prune   bool
-}
-
-// wakeLedger asks the ledger loop for a round.
-func (c *Consumer) wakeLedger() {
-	select {
-	case c.ledgerWake <- struct{}{}:
-	default:
+// resolveFromLedger resolves records Poll took against the claim ledger
+// and returns those that no committed claim covers, for the application.
+// It runs without c.mu. The covered ones are acknowledged as their claims
+// say. On an error every record is released and the error returned.
+func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
+	const op = "poll"
+	n := c.ledger.Partitions()
+	if n <= 0 { // Ensure succeeded, so this does not happen
+		_, _ = c.Release(recs)
+		return nil, errs.Usage(op, fmt.Errorf("claim ledger %q has no partitions", c.ledger.Topic()))
 	}
-}
-
-// ledgerLoop resolves buffered records against the claim ledger as soon
-// as a session buffers them, while the application works on what the
-// last Poll returned, so that a Poll finds them resolved instead of
-// waiting for the ledger. It ends when Close begins.
-func (c *Consumer) ledgerLoop() {
-	defer close(c.ledgerDone)
-	for {
-		select {
-		case <-c.ledgerCtx.Done():
-			return
-		case <-c.ledgerWake:
-		}
-		for c.resolveBuffered() {
-		}
-	}
-}
-
-// resolveBuffered runs one round over the buffered records no round has
-// resolved, and reports whether there were any. The round reads the
-// ledger after the records were acquired (they are buffered, so they
-// were), which is what resolving needs (docs/design.md). A record a
-// committed claim covers is acknowledged as the claim says (its output
-// committed earlier and its acknowledgement was lost) and dropped from
-// the buffer; the rest are marked resolved, for Poll. On a ledger failure
-// the round's records are released and Poll gets the error.
-func (c *Consumer) resolveBuffered() bool {
 	c.mu.Lock()
-	if c.closing || !c.ledgerReady {
-		c.mu.Unlock()
-		return false
+	inputs := make([]ledger.Input, len(recs))
+	parts := make(map[int32]bool)
+	for i, r := range recs {
+		inputs[i] = ledger.Input{Group: c.cfg.group, TopicID: c.topicIDs[r.Topic], Partition: r.Partition}
+		parts[inputs[i].LedgerPartition(n)] = true
 	}
-	rd := ledgerRound{results: make(map[*session]*fetchResult), inputs: make(map[kshare.TopicPartition]ledger.Input)}
-	for _, s := range c.sessOrder {
-		res := s.buffered
-		if res == nil || res.resolved {
-			continue
-		}
-		rd.results[s] = res
-		for _, g := range res.groups {
-			tp := g.acq.tp
-			if _, ok := rd.inputs[tp]; !ok {
-				rd.inputs[tp] = ledger.Input{Group: c.cfg.group, TopicID: c.topicIDs[tp.Topic], Partition: tp.Partition}
-			}
-		}
-	}
-	if len(rd.results) == 0 {
-		c.mu.Unlock()
-		return false
-	}
-	if rd.prune = time.Since(c.ledgerPrunedAt) >= ledgerPruneEvery; rd.prune {
+	prune := time.Since(c.ledgerPrunedAt) >= ledgerPruneEvery
+	if prune {
 		c.ledgerPrunedAt = time.Now()
 	}
 	c.mu.Unlock()
-
-	parts := make(map[int32]bool)
-	for _, in := range rd.inputs {
-		parts[c.ledger.PartitionOf(in)] = true
-	}
 	list := make([]int32, 0, len(parts))
 	for p := range parts {
 		list = append(list, p)
 	}
-	// A round takes as long as the ledger does: an open transaction that
-	// wrote a claim holds it until the transaction ends (at the latest,
-	// its timeout), and retriable failures are retried. Meanwhile the
-	// records stay buffered and their locks renewed, and a Poll waits
-	// within its own context. Only Close ends a round early.
 	began := time.Now()
-	err := c.ledger.CatchUp(c.ledgerCtx, list)
-	took := time.Since(began)
-
-	c.mu.Lock()
-	c.metrics.LedgerResolves++
-	c.metrics.LedgerResolveTime += took
-	if err != nil {
-		if c.closing {
-			c.mu.Unlock()
-			return false
-		}
-		// The ledger cannot be read as configured (CatchUp retries
-		// everything else): the records go back, and Poll says why.
-		c.releaseRoundLocked(rd)
-		c.logger.Error("could not resolve fetched records against the claim ledger; released them", "err", err)
-		c.queueClassifiedLocked(errs.New(kshare.ErrUsage, "poll", fmt.Errorf("resolving records against the claim ledger: %w", err)))
+	defer func() {
+		c.mu.Lock()
+		c.metrics.LedgerResolves++
+		c.metrics.LedgerResolveTime += time.Since(began)
 		c.mu.Unlock()
-		return true
-	}
-	n := 0
-	for s, res := range rd.results {
-		if s.buffered != res {
-			continue // given back meanwhile (idle, fenced, closing)
+	}()
+	if err := c.ledger.CatchUp(ctx, list); err != nil {
+		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
+			c.logger.Debug("releasing records after a ledger failure", "err", rerr)
 		}
-		n += c.settleCoveredLocked(res, rd.inputs)
-		res.resolved, res.resolvedAt = true, time.Now()
-		if len(res.groups) == 0 {
-			s.buffered = nil
-			s.poke() // all settled by the ledger: fetch more
+		class := errs.ClassOf(err)
+		if class == nil {
+			class = kshare.ErrAbortable
 		}
+		return nil, errs.New(class, op, fmt.Errorf("resolving records against the claim ledger: %w", err))
 	}
-	c.metrics.ResolvedFromLedger += int64(n)
-	c.signalReady()
-	c.mu.Unlock()
-	if n > 0 {
-		c.logger.Debug("records resolved from the claim ledger", "records", n)
+	var kept []*kgo.Record
+	covered := make(map[*kgo.Record]wire.AckType)
+	for i, r := range recs {
+		if typ, ok := c.ledger.Lookup(inputs[i], r.Offset); ok {
+			covered[r] = wire.AckType(typ)
+			continue
+		}
+		kept = append(kept, r)
 	}
-	if rd.prune {
-		// The start offsets it reads are at most the offsets of any
-		// record the group holds or will deliver, so pruning never drops
-		// a claim that a record still needs.
-		pctx, cancel := context.WithTimeout(c.ledgerCtx, ledgerPruneTimeout)
+	if prune {
+		// After the lookups: the start offsets it reads are at most the
+		// offsets of the records just resolved (they are acquired), so
+		// pruning never drops a claim these records needed anyway.
+		pctx, cancel := context.WithTimeout(ctx, ledgerPruneTimeout)
 		if err := c.ledger.PruneGroup(pctx, c.cfg.group); err != nil {
 			c.logger.Debug("could not prune the claim index; trying again later", "err", err)
 		} else if err := c.ledger.Truncate(pctx); err != nil {
@@ -207,110 +132,54 @@ func (c *Consumer) resolveBuffered() bool {
 		}
 		cancel()
 	}
-	return true
+	if len(covered) > 0 {
+		c.mu.Lock()
+		n := c.settleDeliveredLocked(covered)
+		c.metrics.ResolvedFromLedger += int64(n)
+		c.metrics.RecordsDelivered -= int64(len(covered)) // counted as Poll took them; never returned
+		c.mu.Unlock()
+		c.logger.Debug("records resolved from the claim ledger", "records", n)
+	}
+	return kept, nil
 }
 
-// settleCoveredLocked acknowledges, as their claims say, the buffered
-// records of res that a committed claim covers, drops them from res, and
-// returns how many it acknowledged.
-func (c *Consumer) settleCoveredLocked(res *fetchResult, inputs map[kshare.TopicPartition]ledger.Input) int {
+// settleDeliveredLocked acknowledges delivered records, each with its
+// type, with a plain ShareAcknowledge in the background, and returns how
+// many it acknowledged (records no longer held under the same delivery
+// are skipped).
+func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int {
 	now := time.Now()
-	js := jobSet{quiet: true}
+	picked := make(map[*acquisition]map[int]wire.AckType)
 	n := 0
-	kept := res.groups[:0]
-	for _, g := range res.groups {
-		a := g.acq
-		var covered map[int]wire.AckType
-		if len(g.recs) == 0 {
+	for r, t := range types {
+		a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+		if !ok || a.states[idx] != stDelivered || !a.usable(now) {
 			continue
 		}
-		// Every record is looked up, even one whose lock looks gone: a
-		// renewal in flight may still give it back its lock, and Poll
-		// must never return a record that was not. The records are in
-		// offset order: one walk along the claimed ranges, which are
-		// usually none.
-		usable := a.usable(now)
-		claimed := c.ledger.Claimed(inputs[a.tp], g.recs[0].Offset, g.recs[len(g.recs)-1].Offset)
-		if len(claimed) > 0 {
-			recs := g.recs[:0]
-			for _, r := range g.recs {
-				for len(claimed) > 0 && claimed[0].Last < r.Offset {
-					claimed = claimed[1:]
-				}
-				idx := int(r.Offset - a.first)
-				if len(claimed) > 0 && claimed[0].First <= r.Offset && a.states[idx] == stBuffered {
-					if covered == nil {
-						covered = make(map[int]wire.AckType)
-					}
-					covered[idx] = wire.AckType(claimed[0].Type)
-					continue
-				}
-				recs = append(recs, r)
-			}
-			g.recs = recs
+		if d := deliveryOf(r); d != nil && d != a.delivery {
+			continue
 		}
-		if len(covered) > 0 {
-			taken := a.take(func(idx int) (wire.AckType, bool) {
-				t, ok := covered[idx]
-				return t, ok
-			})
-			if usable { // else the lock is gone: nothing to acknowledge
-				js.add(a, taken)
-				n += len(covered)
-			}
-			c.held.compact(a.tp)
+		if picked[a] == nil {
+			picked[a] = make(map[int]wire.AckType)
 		}
-		if len(g.recs) > 0 {
-			kept = append(kept, g)
-		}
+		picked[a][idx] = t
+		n++
 	}
-	clear(res.groups[len(kept):])
-	res.groups = kept
+	js := jobSet{quiet: true}
+	for a, idxs := range picked {
+		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
+			t, ok := idxs[idx]
+			return t, ok
+		}))
+		c.held.compact(a.tp)
+	}
 	c.queueLocked(js)
 	return n
-}
-
-// releaseRoundLocked gives back the records of a round that could not
-// be resolved.
-func (c *Consumer) releaseRoundLocked(rd ledgerRound) {
-	js := jobSet{quiet: true}
-	now := time.Now()
-	for s, res := range rd.results {
-		if s.buffered != res {
-			continue
-		}
-		for _, g := range res.groups {
-			a := g.acq
-			buffered := func(idx int) bool { return a.states[idx] == stBuffered }
-			if !a.usable(now) { // their lock is gone: nothing to release
-				a.take(func(idx int) (wire.AckType, bool) { return 0, buffered(idx) })
-				c.held.compact(a.tp)
-				continue
-			}
-			js.add(a, a.take(func(idx int) (wire.AckType, bool) {
-				if !buffered(idx) {
-					return 0, false
-				}
-				c.metrics.ReleasedUnseen++
-				return wire.AckRelease, true
-			}))
-			c.held.compact(a.tp)
-		}
-		s.buffered = nil
-	}
-	c.queueLocked(js)
 }
 
 // renewRecheck is how often a commit-time renewal checks that the records
 // it waits for are still staged and their locks not known lost.
 const renewRecheck = 250 * time.Millisecond
-
-// The outcomes of a commit-time renewal that ended without an answer,
-// made once: they are reported for every record.
-var (
-	errTxnEnded          = errors.New("the transaction ended")
-	errRenewalSuperseded = errors.New("superseded by another renewal")
-)
 
 // renewWaiter is one commit-time renewal (tracker.Renew): it waits for a
 // RENEW, sent after the call, of each of its records.
@@ -375,7 +244,7 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 				continue
 			}
 			if sr.force != nil {
-				forcedDoneLocked(sr, errRenewalSuperseded)
+				forcedDoneLocked(sr, errors.New("superseded by another renewal"))
 			}
 			sr.force, sr.forceSent = w, false
 			w.recs = append(w.recs, sr)

@@ -30,7 +30,7 @@ type Metrics struct {
 	// Released counts the records Poll returned that the consumer released
 	// (Release, an aborted transaction or checkpoint, Close).
 	Released int64
-	// ResolvedFromLedger counts fetched records (ShareLedger) that a
+	// ResolvedFromLedger counts delivered records (ShareLedger) that a
 	// committed claim covered: the consumer acknowledged them as the
 	// claim says instead of returning them from Poll (an earlier holder
 	// committed their output, and its acknowledgement was lost).
@@ -55,19 +55,13 @@ type Metrics struct {
 	// rules out unless one of its assumptions failed (docs/design.md,
 	// "Exactly-once without KIP-1289"); each is logged at ERROR.
 	LedgerConflicts int64
-	// LedgerResolves counts the rounds in which the consumer resolved
-	// fetched records against the ledger (reading its latest offsets and
-	// the claims up to them, now and then pruning what can no longer
-	// matter), and LedgerResolveTime is the time they took. Rounds run in
-	// the background, as soon as records are fetched, while the
-	// application works on what the last Poll returned; LedgerPollWait is
-	// the time Polls spent waiting for one, which is what the ledger adds
-	// to Polls; LedgerPolls counts the Polls that returned records, so
-	// that LedgerPollWait / LedgerPolls is what it adds to one.
+	// LedgerResolves counts the Polls that resolved their records against
+	// the ledger, and LedgerResolveTime is the time they spent doing so
+	// (the ledger's latest offsets, its reads up to them, now and then
+	// the pruning of what can no longer matter): what the
+	// ledger adds to a Poll is LedgerResolveTime / LedgerResolves.
 	LedgerResolves    int64
 	LedgerResolveTime time.Duration
-	LedgerPollWait    time.Duration
-	LedgerPolls       int64
 }
 
 // Metrics returns a snapshot of the consumer's counters.

@@ -80,12 +80,6 @@ type session struct {
 // fetchResult is one ShareFetch's records, grouped by acquisition.
 type fetchResult struct {
 	groups []acqRecords
-	// resolved is set once the ledger loop resolved the records against
-	// the claim ledger (ShareLedger): Poll returns them only then.
-	resolved bool
-	// bufferedAt and resolvedAt time the wait a Poll has for the ledger
-	// (Metrics().LedgerPollWait).
-	bufferedAt, resolvedAt time.Time
 }
 
 type acqRecords struct {

@@ -1,6 +1,7 @@
 package shareconsumer
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -289,7 +290,7 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 				continue
 			}
 			a.staged[idx] = nil
-			forcedDoneLocked(sr, errTxnEnded)
+			forcedDoneLocked(sr, errors.New("the transaction ended"))
 			n++
 			if committed && sr.ledger {
 				if a.dead {

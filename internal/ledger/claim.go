@@ -15,7 +15,6 @@
 package ledger
 
 import (
-	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -175,29 +174,20 @@ func Decode(value []byte) (Claim, error) {
 // types other than accept and reject left out (they are not claimed),
 // runs of consecutive offsets of one type merged.
 func RangesOf(offsets []int64, types []int8) []Range {
-	if !slices.IsSorted(offsets) || hasRepeat(offsets) {
-		// Sorted by offset, stably, so that of repeated offsets the last
-		// given comes last, and keeping only that one.
-		idx := make([]int, len(offsets))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(offsets[a], offsets[b]) })
-		offs, typs := make([]int64, 0, len(idx)), make([]int8, 0, len(idx))
-		for k, i := range idx {
-			if k+1 < len(idx) && offsets[idx[k+1]] == offsets[i] {
-				continue // a later type for the same offset wins
-			}
-			offs, typs = append(offs, offsets[i]), append(typs, types[i])
-		}
-		offsets, types = offs, typs
-	}
-	var out []Range
+	last := make(map[int64]int8, len(offsets))
 	for i, o := range offsets {
-		t := types[i]
-		if t != TypeAccept && t != TypeReject {
-			continue
+		last[o] = types[i]
+	}
+	sorted := make([]int64, 0, len(last))
+	for o, t := range last {
+		if t == TypeAccept || t == TypeReject {
+			sorted = append(sorted, o)
 		}
+	}
+	slices.Sort(sorted)
+	var out []Range
+	for _, o := range sorted {
+		t := last[o]
 		if n := len(out); n > 0 && out[n-1].Last == o-1 && out[n-1].Type == t {
 			out[n-1].Last = o
 			continue
@@ -205,14 +195,4 @@ func RangesOf(offsets []int64, types []int8) []Range {
 		out = append(out, Range{First: o, Last: o, Type: t})
 	}
 	return out
-}
-
-// hasRepeat reports whether the sorted offsets hold an offset twice.
-func hasRepeat(sorted []int64) bool {
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i] == sorted[i-1] {
-			return true
-		}
-	}
-	return false
 }

@@ -98,19 +98,6 @@ func (x *Index) Lookup(in Input, off int64) (int8, bool) {
 	return 0, false
 }
 
-// Claimed returns the claimed ranges of in that overlap first..last, in
-// offset order (nil when none do: the common case, which costs one
-// binary search).
-func (x *Index) Claimed(in Input, first, last int64) []Range {
-	es := x.inputs[in]
-	i := sort.Search(len(es), func(i int) bool { return es[i].Last >= first })
-	var out []Range
-	for ; i < len(es) && es[i].First <= last; i++ {
-		out = append(out, es[i].Range)
-	}
-	return out
-}
-
 // Prune forgets the claims of in below start, the share-partition start
 // offset: the group never delivers those records again, so no lookup can
 // ask for them.

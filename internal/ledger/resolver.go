@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,6 +22,11 @@ import (
 // so more partitions spread the readers' work, and a ledger is small (a
 // claim per transaction and input partition).
 const DefaultPartitions = 16
+
+// catchUpWait is how long one read_committed fetch of the ledger waits at
+// the leader for data when the reader is not past the mark yet: an open
+// transaction holds the last stable offset back until it ends.
+const catchUpWait = 100 * time.Millisecond
 
 // Resolver reads the committed claims of a ledger topic and answers which
 // records they cover. Per ledger partition it keeps a position and an
@@ -46,12 +51,7 @@ type Resolver struct {
 	nparts  int32
 	leaders map[int32]int32
 	parts   map[int32]*partReader
-	// partOf caches Input.LedgerPartition for nparts (the key's text and
-	// hash would otherwise be made for every record resolved).
-	partOf map[Input]int32
-	stats  Stats
-	// failing is how the CatchUp in progress fails (Failing).
-	failing atomic.Pointer[Failure]
+	stats   Stats
 }
 
 // partReader is the reading state of one ledger partition.
@@ -178,11 +178,7 @@ func (r *Resolver) loadMetadata(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if n := int32(len(t.Partitions)); n != r.nparts {
-		r.partOf = make(map[Input]int32)
-		r.nparts = n
-	}
-	r.id = t.TopicID
+	r.id, r.nparts = t.TopicID, int32(len(t.Partitions))
 	for _, p := range t.Partitions {
 		if p.Leader < 0 {
 			return fmt.Errorf("partition %d: %w", p.Partition, kerr.LeaderNotAvailable)
@@ -200,25 +196,216 @@ func (r *Resolver) Partitions() int32 {
 	return r.nparts
 }
 
-// PartitionOf returns the ledger partition that holds the claims of in
-// (-1 before Ensure).
-func (r *Resolver) PartitionOf(in Input) int32 {
+// CatchUp reads the given ledger partitions until each one's position is
+// past its high watermark as ListOffsets reports it now: call it after the
+// records to resolve were acquired, so that a claim written before the
+// acquisition is either read (its transaction committed) or known absent
+// (it aborted; a read_committed fetch does not pass an open transaction's
+// first offset until the transaction ends, so CatchUp waits for it).
+// Retriable errors are retried within ctx; ctx ending is
+// kshare.ErrAbortable, anything else kshare.ErrUsage (the ledger cannot be
+// read as configured).
+func (r *Resolver) CatchUp(ctx context.Context, parts []int32) error {
+	const op = "read claim ledger"
+	if len(parts) == 0 {
+		return nil
+	}
+	r.catchMu.Lock()
+	defer r.catchMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.nparts == 0 {
-		return -1
+	marks, err := retry.Do(ctx, func(ctx context.Context) (map[int32]int64, error) {
+		return r.highWatermarksLocked(ctx, parts)
+	})
+	if err != nil {
+		return r.classify(op, ctx, err)
 	}
-	return r.partitionLocked(in)
+	for _, p := range parts {
+		if err := r.readToLocked(ctx, p, marks[p]); err != nil {
+			return r.classify(op, ctx, err)
+		}
+	}
+	return nil
 }
 
-// partitionLocked is PartitionOf once nparts is known.
-func (r *Resolver) partitionLocked(in Input) int32 {
-	p, ok := r.partOf[in]
-	if !ok {
-		p = in.LedgerPartition(r.nparts)
-		r.partOf[in] = p
+// classify gives a CatchUp failure its class.
+func (r *Resolver) classify(op string, ctx context.Context, err error) error {
+	if ctx.Err() != nil || retry.IsContextErr(err) {
+		return errs.Abortable(op, fmt.Errorf("ledger topic %q: %w", r.topic, err))
 	}
-	return p
+	return errs.Usage(op, fmt.Errorf("ledger topic %q: %w", r.topic, err))
+}
+
+// highWatermarksLocked lists the latest offsets of parts.
+func (r *Resolver) highWatermarksLocked(ctx context.Context, parts []int32) (map[int32]int64, error) {
+	ends, err := r.adm.ListEndOffsets(ctx, r.topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		o, ok := ends.Lookup(r.topic, p)
+		if !ok {
+			return nil, fmt.Errorf("no end offset of partition %d", p)
+		}
+		if o.Err != nil {
+			return nil, fmt.Errorf("end offset of partition %d: %w", p, o.Err)
+		}
+		out[p] = o.Offset
+	}
+	return out, nil
+}
+
+// readToLocked reads ledger partition p read_committed until its position
+// reaches mark.
+func (r *Resolver) readToLocked(ctx context.Context, p int32, mark int64) error {
+	pr := r.parts[p]
+	if pr == nil {
+		pr = &partReader{}
+		r.parts[p] = pr
+	}
+	bo := retry.WithContext(ctx)
+	wait := int32(0)
+	failures := 0
+	for pr.next < mark {
+		moved, err := r.fetchLocked(ctx, p, pr, wait)
+		switch {
+		case err != nil:
+			d := bo.NextBackOff()
+			var ke *kerr.Error
+			if d < 0 || ctx.Err() != nil || (errors.As(err, &ke) && !ke.Retriable && ke != kerr.NotLeaderForPartition && ke != kerr.UnknownTopicOrPartition) {
+				return fmt.Errorf("partition %d at offset %d: %w", p, pr.next, err)
+			}
+			failures++
+			lvl := slog.LevelDebug
+			if failures == 5 {
+				lvl = slog.LevelWarn // it is not passing
+			}
+			r.logger.Log(ctx, lvl, "ledger fetch failed; retrying", "partition", p, "offset", pr.next, "mark", mark, "failures", failures, "err", err)
+			if rerr := r.refreshLocked(ctx); rerr != nil {
+				r.logger.Debug("ledger metadata refresh failed", "err", rerr)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("partition %d at offset %d: %w", p, pr.next, ctx.Err())
+			case <-time.After(d):
+			}
+		case moved:
+			bo.Reset()
+			wait, failures = 0, 0
+		default:
+			// An open transaction holds the last stable offset below the
+			// mark: wait at the leader for it to end.
+			if wait == 0 {
+				r.logger.Debug("ledger read waits for an open transaction", "partition", p, "at", pr.next, "mark", mark)
+			}
+			wait = int32(catchUpWait / time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// refreshLocked reloads metadata with mu held (loadMetadata takes mu).
+func (r *Resolver) refreshLocked(ctx context.Context) error {
+	r.mu.Unlock()
+	defer r.mu.Lock()
+	return r.loadMetadata(ctx)
+}
+
+// fetchLocked sends one read_committed Fetch of p from pr.next and indexes
+// the committed claims it returns. moved reports whether the position
+// moved.
+func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, waitMillis int32) (moved bool, err error) {
+	leader, ok := r.leaders[p]
+	if !ok {
+		return false, fmt.Errorf("no leader known: %w", kerr.LeaderNotAvailable)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = waitMillis
+	req.MinBytes = 1
+	req.MaxBytes = 8 << 20
+	req.IsolationLevel = 1
+	req.SessionEpoch = -1 // no fetch session: every fetch names its partition
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = r.topic, r.id
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, pr.next, 4<<20
+	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := r.cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return false, err
+	}
+	resp := kresp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return false, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return false, errors.New("fetch answer without the partition")
+	}
+	part := &resp.Topics[0].Partitions[0]
+	if part.ErrorCode == kerr.OffsetOutOfRange.Code {
+		// Another reader of the group truncated the ledger past this
+		// reader's position, which it does only below claims no record
+		// the group may still deliver needs: skip to the log start.
+		// (The answer leaves the log start offset at -1: ask for it.)
+		start := part.LogStartOffset
+		if start <= pr.next {
+			starts, err := r.adm.ListStartOffsets(ctx, r.topic)
+			if err != nil {
+				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %w", err)
+			}
+			o, ok := starts.Lookup(r.topic, p)
+			if !ok || o.Err != nil {
+				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %v", o.Err)
+			}
+			start = o.Offset
+		}
+		if start > pr.next {
+			r.logger.Info("ledger position was below the log start offset; skipping ahead", "partition", p, "from", pr.next, "to", start)
+			pr.next = start
+			return true, nil
+		}
+	}
+	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
+		return false, err
+	}
+	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+		Offset: pr.next, IsolationLevel: kgo.ReadCommitted(), Topic: r.topic, Partition: p,
+	}, part, r.decomp, nil)
+	if fp.Err != nil {
+		return false, fp.Err
+	}
+	for _, rec := range fp.Records {
+		c, derr := Decode(rec.Value)
+		if derr != nil {
+			r.stats.Malformed++
+			lvl := slog.LevelDebug
+			if r.stats.Malformed == 1 || r.stats.Malformed&(r.stats.Malformed-1) == 0 {
+				lvl = slog.LevelWarn // the first, and then every power of two
+			}
+			r.logger.Log(ctx, lvl, "skipping a ledger record that is not a claim", "partition", p, "offset", rec.Offset, "err", derr, "skipped", r.stats.Malformed)
+			continue
+		}
+		if r.group != "" && c.Group != r.group {
+			r.stats.OtherGroups++
+			pr.shared = true
+			continue
+		}
+		before := pr.index.Conflicts
+		pr.index.Add(c, rec.Offset)
+		if d := pr.index.Conflicts - before; d > 0 {
+			r.logger.Error("two committed claims cover the same records; the first read wins", "partition", p, "offset", rec.Offset, "group", c.Group, "topic", c.Topic, "input_partition", c.Partition, "txn_id", c.TransactionalID, "offsets", d)
+		}
+		r.stats.Claims++
+	}
+	if next > pr.next {
+		pr.next = next
+		return true, nil
+	}
+	return false, nil
 }
 
 // Lookup returns the type of the committed claim, among those CatchUp has
@@ -229,26 +416,11 @@ func (r *Resolver) Lookup(in Input, off int64) (int8, bool) {
 	if r.nparts == 0 {
 		return 0, false
 	}
-	pr := r.parts[r.partitionLocked(in)]
+	pr := r.parts[in.LedgerPartition(r.nparts)]
 	if pr == nil {
 		return 0, false
 	}
 	return pr.index.Lookup(in, off)
-}
-
-// Claimed returns the ranges that the committed claims CatchUp has read
-// give of in between first and last, in offset order (nil for none).
-func (r *Resolver) Claimed(in Input, first, last int64) []Range {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.nparts == 0 {
-		return nil
-	}
-	pr := r.parts[r.partitionLocked(in)]
-	if pr == nil {
-		return nil
-	}
-	return pr.index.Claimed(in, first, last)
 }
 
 // Prune forgets the claims of in below start, its share-partition start
@@ -259,7 +431,7 @@ func (r *Resolver) Prune(in Input, start int64) {
 	if r.nparts == 0 {
 		return
 	}
-	if pr := r.parts[r.partitionLocked(in)]; pr != nil {
+	if pr := r.parts[in.LedgerPartition(r.nparts)]; pr != nil {
 		pr.index.Prune(in, start)
 	}
 }
