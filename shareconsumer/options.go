@@ -171,8 +171,8 @@ func Mode(m AckMode) Opt { return optFunc(func(c *config) { c.mode = m }) }
 // ShareAcquireMode), so that a leader locks no more than that; a leader
 // in batch-optimized mode, or without it (ShareFetch v1), may acquire
 // whole record batches past n, and the records beyond n then wait,
-// renewed, for the next Poll. Records of several leaders' fetches make up one Poll,
-// still at most n.
+// renewed, for the next Poll. Records of several leaders' fetches make up
+// one Poll, still at most n.
 func MaxPollRecords(n int32) Opt { return optFunc(func(c *config) { c.maxRecords = n }) }
 
 // AcquireMode is how a share-partition leader applies MaxPollRecords when
