@@ -106,6 +106,9 @@ type Consumer struct {
 	ledgerCl       *kgo.Client // the ledger's reader, closed with cl
 	ledgerReady    bool
 	ledgerPrunedAt time.Time
+	// round is the ledger lookup of the records a Poll took, until a Poll
+	// hands its outcome over (ledgerRound); one at a time.
+	round *ledgerRound
 }
 
 // New creates a Consumer and starts its heartbeat loop, which joins the
@@ -354,36 +357,52 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	c.startPollingLocked()
 	defer c.stopPolling()
 	for {
-		if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
-			if c.ledger != nil {
-				// Every record is resolved against the ledger, after its
-				// acquisition, before the application sees it. No session
-				// long-polls for more meanwhile.
+		if c.ledger != nil {
+			// Every record is resolved against the ledger, after its
+			// acquisition, before the application sees it.
+			if c.round == nil {
+				if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
+					c.startRoundLocked(recs)
+				}
+			}
+			if r := c.round; r != nil {
+				// No session long-polls for more meanwhile. A round
+				// outlives a Poll whose ctx ends first (a release would
+				// cost its records a delivery); the next Poll waits for
+				// it.
 				c.polling = false
 				c.mu.Unlock()
-				kept, err := c.resolveFromLedger(ctx, recs)
+				select {
+				case <-r.done:
+				case <-ctx.Done():
+					return nil, c.ctxEnded(op, ctx)
+				case <-c.closeCh:
+					return nil, errClosed(op)
+				}
 				c.mu.Lock()
-				switch {
-				case err != nil:
-					c.polling = false
+				if c.closing {
+					c.mu.Unlock()
+					return nil, errClosed(op)
+				}
+				kept, err := c.endRoundLocked(r)
+				if err != nil {
 					c.mu.Unlock()
 					return nil, err
-				case len(kept) == 0:
-					if c.closing {
-						c.mu.Unlock()
-						return nil, errClosed(op)
-					}
-					// All were settled by the ledger: wait for more.
-					c.polling = true
-					for _, s := range c.sessOrder {
-						if s.buffered == nil {
-							s.poke()
-						}
-					}
-					continue
 				}
-				recs = kept
+				if len(kept) > 0 {
+					c.mu.Unlock()
+					return kept, nil
+				}
+				// All were settled by the ledger: wait for more.
+				c.polling = true
+				for _, s := range c.sessOrder {
+					if s.buffered == nil {
+						s.poke()
+					}
+				}
+				continue
 			}
+		} else if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
 			// Sessions woken to fetch again see that no Poll waits.
 			c.polling = false
 			c.mu.Unlock()
@@ -752,6 +771,10 @@ func (c *Consumer) Close(ctx context.Context) error {
 	c.reachCheck.Stop()
 	c.closing = true
 	close(c.closeCh)
+	round := c.round
+	if round != nil {
+		round.cancel()
+	}
 	for _, s := range c.sessOrder {
 		s.poke()
 	}
@@ -788,6 +811,9 @@ func (c *Consumer) Close(ctx context.Context) error {
 	c.bgCancel()
 	<-c.startCheck.done
 	c.cl.Close()
+	if round != nil {
+		<-round.done
+	}
 	if c.ledgerCl != nil {
 		c.ledgerCl.Close()
 	}

@@ -83,3 +83,11 @@ func SetLedgerPruneEvery(d time.Duration) (restore func()) {
 	ledgerPruneEvery = d
 	return func() { ledgerPruneEvery = old }
 }
+
+// SetLedgerRoundTimeout sets how long one ledger round may take, and
+// returns the function that restores it (tests only).
+func SetLedgerRoundTimeout(d time.Duration) (restore func()) {
+	old := ledgerRoundTimeout
+	ledgerRoundTimeout = d
+	return func() { ledgerRoundTimeout = old }
+}

@@ -86,6 +86,11 @@ type acquisition struct {
 	// application a whole lock from Poll, renewed further only with
 	// RenewHeldLocks.
 	handover bool
+	// resolving is set while a ledger round looks its delivered records
+	// up (ledgerRound): they are renewed until it ends, since it may wait
+	// for an open transaction, and a lock lost meanwhile would cost the
+	// records a delivery.
+	resolving bool
 }
 
 // holdsBuffered reports whether a holds records fetched for Poll that Poll
@@ -308,6 +313,7 @@ func (h *heldSet) split(a *acquisition, at int64) *acquisition {
 		renewal:      a.renewal,
 		renewStopped: a.renewStopped,
 		handover:     a.handover,
+		resolving:    a.resolving,
 	}
 	if a.decisions != nil {
 		b.decisions = append([]wire.AckType(nil), a.decisions[idx:]...)

@@ -38,8 +38,13 @@ import (
 // partitions, the cluster's default replication factor); a ledger that
 // does not exist and cannot be created, or cannot be read, fails Poll with
 // kshare.ErrUsage (the records it would have returned are released).
-// Poll waits for the ledger within its context: a ctx that ends first is
-// kshare.ErrAbortable, and the records go back to the group.
+// A Poll whose ctx ends before the ledger is read returns
+// kshare.ErrAbortable; the lookup goes on, its records renewed, and the
+// next Poll waits for it (a release would cost each record a delivery).
+// A lookup that cannot read the ledger within two minutes (longer than
+// Kafka's default transaction timeout, which bounds an open transaction
+// holding the read back) releases its records and fails the Poll that
+// waits for it with kshare.ErrAbortable.
 func ShareLedger(topic string) Opt { return optFunc(func(c *config) { c.ledger = topic }) }
 
 // ledgerPruneEvery is how often Poll drops claims below the group's
@@ -65,6 +70,97 @@ func (c *Consumer) ensureLedgerLocked(ctx context.Context) error {
 	}
 	c.ledgerReady = true
 	return nil
+}
+
+// ledgerRoundTimeout bounds one ledger round: longer than Kafka's default
+// transaction.timeout.ms (60s), so that a round outwaits a transaction
+// left open by a stalled holder, which holds the ledger's read back until
+// its coordinator aborts it. A variable for tests.
+var ledgerRoundTimeout = 2 * time.Minute
+
+// ledgerRound is the ledger lookup of the records one Poll took. It runs
+// in a goroutine of its own, under a context that only Close and
+// ledgerRoundTimeout end, not Poll's: a Poll whose context ends first
+// leaves it running, and the next Poll waits for it and hands its outcome
+// over. Releasing the records instead would cost each a delivery, and an
+// application whose Polls are often cut short (a source woken for its
+// checkpoints) would take its records to the delivery limit unprocessed.
+// Its records are renewed until it ends (acquisition.resolving).
+type ledgerRound struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when kept and err are set
+	kept   []*kgo.Record
+	err    error
+}
+
+// startRoundLocked starts the ledger round of recs, which Poll just took.
+func (c *Consumer) startRoundLocked(recs []*kgo.Record) {
+	ctx, cancel := context.WithTimeoutCause(c.bgCtx, ledgerRoundTimeout,
+		fmt.Errorf("the claim ledger was not read within %v", ledgerRoundTimeout))
+	r := &ledgerRound{cancel: cancel, done: make(chan struct{})}
+	c.round = r
+	c.markResolvingLocked(recs, true)
+	go func() {
+		defer close(r.done)
+		defer cancel()
+		r.kept, r.err = c.resolveFromLedger(ctx, recs)
+		// Renewed no longer: a Poll may not come for what the round kept,
+		// and their locks must then run out.
+		c.mu.Lock()
+		c.markResolvingLocked(recs, false)
+		c.mu.Unlock()
+	}()
+}
+
+// endRoundLocked hands over the outcome of round r, which is done: the
+// records no committed claim covers that are still held under the
+// delivery Poll took (a lock lost meanwhile is the group's to deliver
+// again), or the round's error.
+func (c *Consumer) endRoundLocked(r *ledgerRound) ([]*kgo.Record, error) {
+	c.round = nil
+	if r.err != nil {
+		return nil, r.err
+	}
+	now := time.Now()
+	kept := r.kept[:0:0]
+	for _, rec := range r.kept {
+		if c.deliveredLocked(rec, now) != nil {
+			kept = append(kept, rec)
+			continue
+		}
+		c.metrics.RecordsDelivered-- // counted as Poll took it; never returned
+	}
+	return kept, nil
+}
+
+// markResolvingLocked sets or clears the resolving mark of the
+// acquisitions recs were delivered from.
+func (c *Consumer) markResolvingLocked(recs []*kgo.Record, on bool) {
+	var last *acquisition
+	for _, r := range recs {
+		a, _, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+		if !ok || a == last {
+			continue
+		}
+		last = a
+		a.resolving = on
+		if on {
+			a.sess.renewDueByLocked(a.deadline)
+		}
+	}
+}
+
+// deliveredLocked returns the acquisition that holds r as Poll delivered
+// it (state delivered, the same delivery, its lock standing), or nil.
+func (c *Consumer) deliveredLocked(r *kgo.Record, now time.Time) *acquisition {
+	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	if !ok || a.states[idx] != stDelivered || !a.usable(now) {
+		return nil
+	}
+	if d := deliveryOf(r); d != nil && d != a.delivery {
+		return nil
+	}
+	return a
 }
 
 // resolveFromLedger resolves records Poll took against the claim ledger
@@ -109,6 +205,9 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		if class == nil {
 			class = kshare.ErrAbortable
 		}
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
 		return nil, errs.New(class, op, fmt.Errorf("resolving records against the claim ledger: %w", err))
 	}
 	var kept []*kgo.Record
@@ -152,13 +251,11 @@ func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int
 	picked := make(map[*acquisition]map[int]wire.AckType)
 	n := 0
 	for r, t := range types {
-		a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-		if !ok || a.states[idx] != stDelivered || !a.usable(now) {
+		a := c.deliveredLocked(r, now)
+		if a == nil {
 			continue
 		}
-		if d := deliveryOf(r); d != nil && d != a.delivery {
-			continue
-		}
+		idx := int(r.Offset - a.first)
 		if picked[a] == nil {
 			picked[a] = make(map[int]wire.AckType)
 		}

@@ -149,7 +149,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 					continue
 				}
 				a.handover = false
-			case !renewHeld || !a.holdsDelivered():
+			case !(renewHeld || a.resolving) || !a.holdsDelivered():
 				continue
 			}
 			renew, expired := check(a.deadline)

@@ -157,6 +157,9 @@ type readerTask struct {
 	// group's delivery limit allows, until their checkpoint ends.
 	atLimit map[string]bool
 	open    int // records polled since the last snapshot
+	// openRecs are those records, whose locks a stalled snapshot waits
+	// out (stallPastLocks).
+	openRecs []*kgo.Record
 	// staged holds, per staged checkpoint not yet resolved, the values
 	// of its records and when it was staged.
 	staged map[int64]*stagedCheckpoint
@@ -277,11 +280,10 @@ func (t *readerTask) snapshot(ctx context.Context, r SourceReader, m readerMsg) 
 	res := snapshotResult{reader: t.index, id: m.id, records: open, stallAsked: m.stall}
 	if m.stall && open > 0 {
 		res.stalled = true
-		stall := t.cfg.LockDuration * 5 / 4
 		t.stats.fault(faultSlowSnapshot)
 		t.log.Info("fault "+faultSlowSnapshot+": the reader stalls past its locks before a snapshot", "checkpoint", m.id, "records", open)
-		w := t.stats.waits.add(fmt.Sprintf("reader %d, stalled past its locks before checkpoint %d", t.index, m.id), open, time.Now().Add(stall))
-		ok := sleep(ctx, stall)
+		w := t.stats.waits.add(fmt.Sprintf("reader %d, stalled past its locks before checkpoint %d", t.index, m.id), open, t.locksGone())
+		ok := t.stallPastLocks(ctx)
 		t.stats.waits.done(w)
 		if !ok {
 			return nil
@@ -308,6 +310,47 @@ func (t *readerTask) snapshot(ctx context.Context, r SourceReader, m readerMsg) 
 		return fmt.Errorf("SnapshotState(%d): %w", m.id, err)
 	}
 	return nil
+}
+
+// stallMargin is how long past the last lock of its records a stalled
+// reader goes on stalling, as a fraction of the lock duration.
+const stallMargin = 4 // a quarter lock
+
+// locksGone returns when the locks of the reader's open records end, as
+// its consumer knows them (the latest deadline), plus the stall margin;
+// without the consumer, a lock duration and the margin from now.
+func (t *readerTask) locksGone() time.Time {
+	t.mu.Lock()
+	cons, recs := t.cons, t.openRecs
+	t.mu.Unlock()
+	margin := t.cfg.LockDuration / stallMargin
+	if cons == nil {
+		return time.Now().Add(t.cfg.LockDuration + margin)
+	}
+	var last time.Time
+	for _, r := range recs {
+		if d, ok := cons.LockDeadline(r); ok && d.After(last) {
+			last = d
+		}
+	}
+	return last.Add(margin)
+}
+
+// stallPastLocks sleeps until the locks of the reader's open records have
+// run out, so that staging them must fail: a fixed stall would not do,
+// since a renewal sent late (a loaded machine) gives a lock that outlasts
+// it. A renewal answered during the stall moves a deadline, and the stall
+// goes on. It reports false if ctx ended first.
+func (t *readerTask) stallPastLocks(ctx context.Context) bool {
+	for {
+		until := t.locksGone()
+		if !time.Now().Before(until) {
+			return true
+		}
+		if !sleep(ctx, time.Until(until)) {
+			return false
+		}
+	}
 }
 
 // resolve has r commit or abort checkpoint m.id (and the earlier ones
@@ -399,6 +442,7 @@ func (t *readerTask) polled(records []*kgo.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.open += len(records)
+	t.openRecs = append(t.openRecs, records...)
 	for i, atLimit := range deliveries(t.cons, records, &t.stats.runStats, t.cfg.DeliveryLimit) {
 		v := string(records[i].Value)
 		if atLimit {
@@ -421,6 +465,7 @@ func (t *readerTask) snapshotted(id int64, records []*kgo.Record, err error) {
 	}
 	t.mu.Lock()
 	t.open = 0
+	t.openRecs = nil
 	if err == nil {
 		t.staged[id] = &stagedCheckpoint{values: values, stagedAt: time.Now()}
 		for _, v := range values {

@@ -43,8 +43,8 @@ type Resolver struct {
 	logger *slog.Logger
 	decomp kgo.Decompressor
 
-	// catchMu runs CatchUp calls one at a time; mu guards the state
-	// (CatchUp releases it only while it refreshes metadata).
+	// catchMu runs CatchUp calls one at a time and is held across their
+	// round trips; mu guards the state and is never held across one.
 	catchMu sync.Mutex
 	mu      sync.Mutex
 	id      [16]byte
@@ -210,18 +210,20 @@ func (r *Resolver) CatchUp(ctx context.Context, parts []int32) error {
 	if len(parts) == 0 {
 		return nil
 	}
+	// catchMu, not mu, is held across the round trips: Lookup, Stats
+	// and the pruning must not wait for a read that waits for an open
+	// transaction. Only CatchUp moves a position, so a position read
+	// under mu stays true until this call moves it.
 	r.catchMu.Lock()
 	defer r.catchMu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	marks, err := retry.Do(ctx, func(ctx context.Context) (map[int32]int64, error) {
-		return r.highWatermarksLocked(ctx, parts)
+		return r.highWatermarks(ctx, parts)
 	})
 	if err != nil {
 		return r.classify(op, ctx, err)
 	}
 	for _, p := range parts {
-		if err := r.readToLocked(ctx, p, marks[p]); err != nil {
+		if err := r.readTo(ctx, p, marks[p]); err != nil {
 			return r.classify(op, ctx, err)
 		}
 	}
@@ -236,8 +238,8 @@ func (r *Resolver) classify(op string, ctx context.Context, err error) error {
 	return errs.Usage(op, fmt.Errorf("ledger topic %q: %w", r.topic, err))
 }
 
-// highWatermarksLocked lists the latest offsets of parts.
-func (r *Resolver) highWatermarksLocked(ctx context.Context, parts []int32) (map[int32]int64, error) {
+// highWatermarks lists the latest offsets of parts.
+func (r *Resolver) highWatermarks(ctx context.Context, parts []int32) (map[int32]int64, error) {
 	ends, err := r.adm.ListEndOffsets(ctx, r.topic)
 	if err != nil {
 		return nil, err
@@ -256,48 +258,52 @@ func (r *Resolver) highWatermarksLocked(ctx context.Context, parts []int32) (map
 	return out, nil
 }
 
-// readToLocked reads ledger partition p read_committed until its position
-// reaches mark.
-func (r *Resolver) readToLocked(ctx context.Context, p int32, mark int64) error {
+// readTo reads ledger partition p read_committed until its position
+// reaches mark; catchMu is held.
+func (r *Resolver) readTo(ctx context.Context, p int32, mark int64) error {
+	r.mu.Lock()
 	pr := r.parts[p]
 	if pr == nil {
 		pr = &partReader{}
 		r.parts[p] = pr
 	}
+	next := pr.next
+	r.mu.Unlock()
 	bo := retry.WithContext(ctx)
 	wait := int32(0)
 	failures := 0
-	for pr.next < mark {
-		moved, err := r.fetchLocked(ctx, p, pr, wait)
+	for next < mark {
+		moved, err := r.fetch(ctx, p, pr, next, wait)
 		switch {
 		case err != nil:
 			d := bo.NextBackOff()
 			var ke *kerr.Error
 			if d < 0 || ctx.Err() != nil || (errors.As(err, &ke) && !ke.Retriable && ke != kerr.NotLeaderForPartition && ke != kerr.UnknownTopicOrPartition) {
-				return fmt.Errorf("partition %d at offset %d: %w", p, pr.next, err)
+				return fmt.Errorf("partition %d at offset %d: %w", p, next, err)
 			}
 			failures++
 			lvl := slog.LevelDebug
 			if failures == 5 {
 				lvl = slog.LevelWarn // it is not passing
 			}
-			r.logger.Log(ctx, lvl, "ledger fetch failed; retrying", "partition", p, "offset", pr.next, "mark", mark, "failures", failures, "err", err)
-			if rerr := r.refreshLocked(ctx); rerr != nil {
+			r.logger.Log(ctx, lvl, "ledger fetch failed; retrying", "partition", p, "offset", next, "mark", mark, "failures", failures, "err", err)
+			if rerr := r.loadMetadata(ctx); rerr != nil {
 				r.logger.Debug("ledger metadata refresh failed", "err", rerr)
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("partition %d at offset %d: %w", p, pr.next, ctx.Err())
+				return fmt.Errorf("partition %d at offset %d: %w", p, next, ctx.Err())
 			case <-time.After(d):
 			}
-		case moved:
+		case moved > next:
+			next = moved
 			bo.Reset()
 			wait, failures = 0, 0
 		default:
 			// An open transaction holds the last stable offset below the
 			// mark: wait at the leader for it to end.
 			if wait == 0 {
-				r.logger.Debug("ledger read waits for an open transaction", "partition", p, "at", pr.next, "mark", mark)
+				r.logger.Debug("ledger read waits for an open transaction", "partition", p, "at", next, "mark", mark)
 			}
 			wait = int32(catchUpWait / time.Millisecond)
 		}
@@ -305,20 +311,16 @@ func (r *Resolver) readToLocked(ctx context.Context, p int32, mark int64) error 
 	return nil
 }
 
-// refreshLocked reloads metadata with mu held (loadMetadata takes mu).
-func (r *Resolver) refreshLocked(ctx context.Context) error {
-	r.mu.Unlock()
-	defer r.mu.Lock()
-	return r.loadMetadata(ctx)
-}
-
-// fetchLocked sends one read_committed Fetch of p from pr.next and indexes
-// the committed claims it returns. moved reports whether the position
-// moved.
-func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, waitMillis int32) (moved bool, err error) {
+// fetch sends one read_committed Fetch of p from offset from (pr's
+// position; catchMu is held) and indexes the committed claims it returns.
+// It returns pr's position after it: past from if it moved.
+func (r *Resolver) fetch(ctx context.Context, p int32, pr *partReader, from int64, waitMillis int32) (int64, error) {
+	r.mu.Lock()
 	leader, ok := r.leaders[p]
+	id := r.id
+	r.mu.Unlock()
 	if !ok {
-		return false, fmt.Errorf("no leader known: %w", kerr.LeaderNotAvailable)
+		return from, fmt.Errorf("no leader known: %w", kerr.LeaderNotAvailable)
 	}
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
@@ -328,22 +330,22 @@ func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, wai
 	req.IsolationLevel = 1
 	req.SessionEpoch = -1 // no fetch session: every fetch names its partition
 	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic, rt.TopicID = r.topic, r.id
+	rt.Topic, rt.TopicID = r.topic, id
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, pr.next, 4<<20
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, from, 4<<20
 	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	kresp, err := r.cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
-		return false, err
+		return from, err
 	}
 	resp := kresp.(*kmsg.FetchResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return false, err
+		return from, err
 	}
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return false, errors.New("fetch answer without the partition")
+		return from, errors.New("fetch answer without the partition")
 	}
 	part := &resp.Topics[0].Partitions[0]
 	if part.ErrorCode == kerr.OffsetOutOfRange.Code {
@@ -352,32 +354,36 @@ func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, wai
 		// the group may still deliver needs: skip to the log start.
 		// (The answer leaves the log start offset at -1: ask for it.)
 		start := part.LogStartOffset
-		if start <= pr.next {
+		if start <= from {
 			starts, err := r.adm.ListStartOffsets(ctx, r.topic)
 			if err != nil {
-				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %w", err)
+				return from, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %w", err)
 			}
 			o, ok := starts.Lookup(r.topic, p)
 			if !ok || o.Err != nil {
-				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %v", o.Err)
+				return from, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %v", o.Err)
 			}
 			start = o.Offset
 		}
-		if start > pr.next {
-			r.logger.Info("ledger position was below the log start offset; skipping ahead", "partition", p, "from", pr.next, "to", start)
+		if start > from {
+			r.logger.Info("ledger position was below the log start offset; skipping ahead", "partition", p, "from", from, "to", start)
+			r.mu.Lock()
 			pr.next = start
-			return true, nil
+			r.mu.Unlock()
+			return start, nil
 		}
 	}
 	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
-		return false, err
+		return from, err
 	}
 	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-		Offset: pr.next, IsolationLevel: kgo.ReadCommitted(), Topic: r.topic, Partition: p,
+		Offset: from, IsolationLevel: kgo.ReadCommitted(), Topic: r.topic, Partition: p,
 	}, part, r.decomp, nil)
 	if fp.Err != nil {
-		return false, fp.Err
+		return from, fp.Err
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, rec := range fp.Records {
 		c, derr := Decode(rec.Value)
 		if derr != nil {
@@ -403,9 +409,8 @@ func (r *Resolver) fetchLocked(ctx context.Context, p int32, pr *partReader, wai
 	}
 	if next > pr.next {
 		pr.next = next
-		return true, nil
 	}
-	return false, nil
+	return pr.next, nil
 }
 
 // Lookup returns the type of the committed claim, among those CatchUp has
