@@ -248,7 +248,7 @@ func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] == stBuffered {
+	if !ok || a.states[idx] == stBuffered || a.states[idx] == stResolving {
 		return 0, false
 	}
 	return a.deliveries, true
@@ -265,7 +265,7 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] == stBuffered {
+	if !ok || a.states[idx] == stBuffered || a.states[idx] == stResolving {
 		return time.Time{}, false
 	}
 	return c.held.lockDeadline(a, idx), true
@@ -378,11 +378,24 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 					return nil, c.ctxEnded(op, ctx)
 				case <-c.closeCh:
 					return nil, errClosed(op)
+				case <-c.ready:
+					// A fetch was buffered or an error queued: only one
+					// the consumer cannot go on after ends the wait.
 				}
 				c.mu.Lock()
 				if c.closing {
 					c.mu.Unlock()
 					return nil, errClosed(op)
+				}
+				if c.stuck != nil {
+					err := c.stuck
+					c.mu.Unlock()
+					return nil, err
+				}
+				select {
+				case <-r.done:
+				default:
+					continue // still looking
 				}
 				kept, err := c.endRoundLocked(r)
 				if err != nil {
@@ -547,26 +560,26 @@ func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 			} else {
 				res.groups = res.groups[1:]
 			}
+			// With a claim ledger, the records are looked up before the
+			// application gets them (ledgerRound).
+			st := stDelivered
+			if c.ledger != nil {
+				st = stResolving
+			}
 			for _, r := range recs {
 				idx := int(r.Offset - a.first)
 				if a.states[idx] == stBuffered {
-					a.states[idx] = stDelivered
+					a.states[idx] = st
 					out = append(out, r)
-					c.metrics.RecordsDelivered++
-					if a.deliveries > 1 {
-						c.metrics.Redelivered++
+					if st == stDelivered {
+						c.countDeliveredLocked(a)
 					}
 				}
 			}
-			switch {
-			case a.deadline.Sub(now) < a.lockDur*7/8:
-				// They waited for Poll, their lock partly run: the
-				// application gets a whole lock from here.
-				a.handover = true
-				s.renewRescanLocked()
-				s.poke()
-			case c.cfg.renewHeld && c.cfg.mode == Transactional:
-				s.renewDueByLocked(a.deadline) // the application holds them now
+			if st == stResolving {
+				s.renewDueByLocked(a.deadline)
+			} else {
+				c.handOverLocked(a, now)
 			}
 			if c.cfg.mode == Implicit {
 				c.lastPollAcqs = append(c.lastPollAcqs, a)
@@ -584,6 +597,29 @@ func (c *Consumer) takeReadyLocked(now time.Time) []*kgo.Record {
 		c.pollStart = (c.pollStart + 1) % n
 	}
 	return out
+}
+
+// countDeliveredLocked counts one record of a that Poll returns.
+func (c *Consumer) countDeliveredLocked(a *acquisition) {
+	c.metrics.RecordsDelivered++
+	if a.deliveries > 1 {
+		c.metrics.Redelivered++
+	}
+}
+
+// handOverLocked sees to the lock of a, whose records Poll returns now:
+// records that waited for Poll until their lock partly ran get a whole
+// lock from here (one RENEW); with RenewHeldLocks they are renewed from
+// now on.
+func (c *Consumer) handOverLocked(a *acquisition, now time.Time) {
+	switch {
+	case a.deadline.Sub(now) < a.lockDur*7/8:
+		a.handover = true
+		a.sess.renewRescanLocked()
+		a.sess.poke()
+	case c.cfg.renewHeld && c.cfg.mode == Transactional:
+		a.sess.renewDueByLocked(a.deadline) // the application holds them now
+	}
 }
 
 // acceptLastPollLocked accepts every record of the last Poll that is still
@@ -748,7 +784,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 				switch a.states[idx] {
 				case stDecided:
 					return a.decisions[idx], true
-				case stBuffered:
+				case stBuffered, stResolving:
 					c.metrics.ReleasedUnseen++
 					return wire.AckRelease, true
 				case stDelivered:

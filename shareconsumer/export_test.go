@@ -91,3 +91,20 @@ func SetLedgerRoundTimeout(d time.Duration) (restore func()) {
 	ledgerRoundTimeout = d
 	return func() { ledgerRoundTimeout = old }
 }
+
+// RoundRunning reports whether a ledger round of c is under way (tests
+// only).
+func RoundRunning(c *Consumer) bool {
+	c.mu.Lock()
+	r := c.round
+	c.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}

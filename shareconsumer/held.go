@@ -21,6 +21,10 @@ const (
 	stFree recState = iota
 	// stBuffered: fetched, waiting for Poll.
 	stBuffered
+	// stResolving: taken by Poll in ledger mode and being looked up in the
+	// claim ledger (ledgerRound): not returned yet, so the application
+	// cannot stage, release or see it.
+	stResolving
 	// stDelivered: returned by Poll, no decision yet.
 	stDelivered
 	// stDecided: Explicit mode, marked by Ack, acknowledgement not sent.
@@ -86,11 +90,6 @@ type acquisition struct {
 	// application a whole lock from Poll, renewed further only with
 	// RenewHeldLocks.
 	handover bool
-	// resolving is set while a ledger round looks its delivered records
-	// up (ledgerRound): they are renewed until it ends, since it may wait
-	// for an open transaction, and a lock lost meanwhile would cost the
-	// records a delivery.
-	resolving bool
 }
 
 // holdsBuffered reports whether a holds records fetched for Poll that Poll
@@ -100,6 +99,16 @@ type acquisition struct {
 func (a *acquisition) holdsBuffered() bool {
 	for _, st := range a.states {
 		if st == stBuffered {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsResolving reports whether a holds records a ledger round looks up.
+func (a *acquisition) holdsResolving() bool {
+	for _, st := range a.states {
+		if st == stResolving {
 			return true
 		}
 	}
@@ -125,7 +134,7 @@ func (a *acquisition) stagedSince(offs []int64) bool {
 		if !a.contains(off) {
 			continue
 		}
-		if st := a.states[off-a.first]; st != stDelivered && st != stBuffered {
+		if st := a.states[off-a.first]; st != stDelivered && st != stBuffered && st != stResolving {
 			return true
 		}
 	}
@@ -313,7 +322,6 @@ func (h *heldSet) split(a *acquisition, at int64) *acquisition {
 		renewal:      a.renewal,
 		renewStopped: a.renewStopped,
 		handover:     a.handover,
-		resolving:    a.resolving,
 	}
 	if a.decisions != nil {
 		b.decisions = append([]wire.AckType(nil), a.decisions[idx:]...)

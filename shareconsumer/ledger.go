@@ -85,7 +85,9 @@ var ledgerRoundTimeout = 2 * time.Minute
 // over. Releasing the records instead would cost each a delivery, and an
 // application whose Polls are often cut short (a source woken for its
 // checkpoints) would take its records to the delivery limit unprocessed.
-// Its records are renewed until it ends (acquisition.resolving).
+// Until a Poll hands them over, its records are in state stResolving:
+// renewed like records fetched ahead, and out of the application's reach
+// (it cannot stage what no lookup has cleared).
 type ledgerRound struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when kept and err are set
@@ -99,23 +101,18 @@ func (c *Consumer) startRoundLocked(recs []*kgo.Record) {
 		fmt.Errorf("the claim ledger was not read within %v", ledgerRoundTimeout))
 	r := &ledgerRound{cancel: cancel, done: make(chan struct{})}
 	c.round = r
-	c.markResolvingLocked(recs, true)
 	go func() {
 		defer close(r.done)
 		defer cancel()
 		r.kept, r.err = c.resolveFromLedger(ctx, recs)
-		// Renewed no longer: a Poll may not come for what the round kept,
-		// and their locks must then run out.
-		c.mu.Lock()
-		c.markResolvingLocked(recs, false)
-		c.mu.Unlock()
 	}()
 }
 
 // endRoundLocked hands over the outcome of round r, which is done: the
 // records no committed claim covers that are still held under the
-// delivery Poll took (a lock lost meanwhile is the group's to deliver
-// again), or the round's error.
+// delivery Poll took, now delivered to the application, or the round's
+// error. One whose lock ran out meanwhile is counted in ExpiredUnseen:
+// the group delivers it again.
 func (c *Consumer) endRoundLocked(r *ledgerRound) ([]*kgo.Record, error) {
 	c.round = nil
 	if r.err != nil {
@@ -123,44 +120,52 @@ func (c *Consumer) endRoundLocked(r *ledgerRound) ([]*kgo.Record, error) {
 	}
 	now := time.Now()
 	kept := r.kept[:0:0]
+	var handed *acquisition
 	for _, rec := range r.kept {
-		if c.deliveredLocked(rec, now) != nil {
-			kept = append(kept, rec)
+		a := c.resolvingLocked(rec, now)
+		if a == nil {
+			c.dropResolvingLocked(rec, now)
 			continue
 		}
-		c.metrics.RecordsDelivered-- // counted as Poll took it; never returned
+		a.states[rec.Offset-a.first] = stDelivered
+		c.countDeliveredLocked(a)
+		kept = append(kept, rec)
+		if a != handed {
+			handed = a
+			c.handOverLocked(a, now)
+		}
 	}
 	return kept, nil
 }
 
-// markResolvingLocked sets or clears the resolving mark of the
-// acquisitions recs were delivered from.
-func (c *Consumer) markResolvingLocked(recs []*kgo.Record, on bool) {
-	var last *acquisition
-	for _, r := range recs {
-		a, _, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-		if !ok || a == last {
-			continue
-		}
-		last = a
-		a.resolving = on
-		if on {
-			a.sess.renewDueByLocked(a.deadline)
-		}
-	}
-}
-
-// deliveredLocked returns the acquisition that holds r as Poll delivered
-// it (state delivered, the same delivery, its lock standing), or nil.
-func (c *Consumer) deliveredLocked(r *kgo.Record, now time.Time) *acquisition {
+// resolvingLocked returns the acquisition that holds r for a ledger round
+// (state stResolving, the same delivery, its lock standing), or nil.
+func (c *Consumer) resolvingLocked(r *kgo.Record, now time.Time) *acquisition {
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] != stDelivered || !a.usable(now) {
+	if !ok || a.states[idx] != stResolving || !a.usable(now) {
 		return nil
 	}
 	if d := deliveryOf(r); d != nil && d != a.delivery {
 		return nil
 	}
 	return a
+}
+
+// dropResolvingLocked forgets r, kept by a round whose lock ran out
+// before a Poll could hand it over, and counts it as expired unseen.
+func (c *Consumer) dropResolvingLocked(r *kgo.Record, now time.Time) {
+	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+	if !ok || a.states[idx] != stResolving {
+		return
+	}
+	if d := deliveryOf(r); d != nil && d != a.delivery {
+		return
+	}
+	a.set(idx, stFree)
+	if !a.dead {
+		c.noteExpiredUnseenLocked(1, a.tp.Topic, a.tp.Partition, now)
+	}
+	c.held.compact(a.tp)
 }
 
 // resolveFromLedger resolves records Poll took against the claim ledger
@@ -171,7 +176,7 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 	const op = "poll"
 	n := c.ledger.Partitions()
 	if n <= 0 { // Ensure succeeded, so this does not happen
-		_, _ = c.Release(recs)
+		c.releaseResolving(recs)
 		return nil, errs.Usage(op, fmt.Errorf("claim ledger %q has no partitions", c.ledger.Topic()))
 	}
 	c.mu.Lock()
@@ -198,9 +203,7 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		c.mu.Unlock()
 	}()
 	if err := c.ledger.CatchUp(ctx, list); err != nil {
-		if _, rerr := c.Release(recs); rerr != nil && !errors.Is(rerr, kshare.ErrClosed) {
-			c.logger.Debug("releasing records after a ledger failure", "err", rerr)
-		}
+		c.releaseResolving(recs)
 		class := errs.ClassOf(err)
 		if class == nil {
 			class = kshare.ErrAbortable
@@ -233,25 +236,24 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 	}
 	if len(covered) > 0 {
 		c.mu.Lock()
-		n := c.settleDeliveredLocked(covered)
+		n := c.settleResolvingLocked(covered)
 		c.metrics.ResolvedFromLedger += int64(n)
-		c.metrics.RecordsDelivered -= int64(len(covered)) // counted as Poll took them; never returned
 		c.mu.Unlock()
 		c.logger.Debug("records resolved from the claim ledger", "records", n)
 	}
 	return kept, nil
 }
 
-// settleDeliveredLocked acknowledges delivered records, each with its
-// type, with a plain ShareAcknowledge in the background, and returns how
-// many it acknowledged (records no longer held under the same delivery
-// are skipped).
-func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int {
+// settleResolvingLocked acknowledges records a ledger round holds, each
+// with its type, with a plain ShareAcknowledge in the background, and
+// returns how many it acknowledged (records no longer held for the round
+// under the same delivery are skipped).
+func (c *Consumer) settleResolvingLocked(types map[*kgo.Record]wire.AckType) int {
 	now := time.Now()
 	picked := make(map[*acquisition]map[int]wire.AckType)
 	n := 0
 	for r, t := range types {
-		a := c.deliveredLocked(r, now)
+		a := c.resolvingLocked(r, now)
 		if a == nil {
 			continue
 		}
@@ -272,6 +274,24 @@ func (c *Consumer) settleDeliveredLocked(types map[*kgo.Record]wire.AckType) int
 	}
 	c.queueLocked(js)
 	return n
+}
+
+// releaseResolving gives back the records of a round that failed: the
+// application never saw them (Metrics().ReleasedUnseen).
+func (c *Consumer) releaseResolving(recs []*kgo.Record) {
+	types := make(map[*kgo.Record]wire.AckType, len(recs))
+	for _, r := range recs {
+		types[r] = wire.AckRelease
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return // Close released them
+	}
+	if n := c.settleResolvingLocked(types); n > 0 {
+		c.metrics.ReleasedUnseen += int64(n)
+		c.releasedSincePoll = true
+	}
 }
 
 // renewRecheck is how often a commit-time renewal checks that the records

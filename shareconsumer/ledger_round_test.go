@@ -29,6 +29,19 @@ func (e *env) holdLedger() (abort func()) {
 	return func() { require.NoError(e.t, cl.EndTransaction(e.ctx, kgo.TryAbort)) }
 }
 
+// startRound polls c, cutting each Poll short, until a ledger round of c
+// waits for the ledger (held back by holdLedger).
+func startRound(t *testing.T, e *env, c *shareconsumer.Consumer) {
+	t.Helper()
+	for !shareconsumer.RoundRunning(c) {
+		pctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+		_, err := c.Poll(pctx)
+		cancel()
+		require.ErrorIs(t, err, kshare.ErrAbortable)
+		require.NoError(t, e.ctx.Err())
+	}
+}
+
 // Polls cut short while the ledger lookup waits, past several lock
 // durations, cost the records nothing: the lookup goes on, their locks
 // are renewed, none is released, and once the ledger can be read the next
@@ -68,9 +81,9 @@ func TestLedgerPollCutShortKeepsTheRecords(t *testing.T) {
 // A lookup that cannot read the ledger within the round's bound gives its
 // records back and fails the Poll waiting for it, naming the cause; the
 // records are delivered again once the ledger can be read.
-func xTestLedgerRoundTimesOut(t *testing.T) {
+func TestLedgerRoundTimesOut(t *testing.T) {
 	const inputs = 6
-	_ = shareconsumer.Mode
+	defer shareconsumer.SetLedgerRoundTimeout(500 * time.Millisecond)()
 	e := txnEnv(t, inputs, broker.ShareTxnAPIs(false))
 	abort := e.holdLedger()
 	c := e.ledgerConsumer()
@@ -84,8 +97,10 @@ func xTestLedgerRoundTimesOut(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Contains(t, err.Error(), "the claim ledger was not read within 500ms")
 	require.NoError(t, e.ctx.Err())
-	released := c.Metrics().Released
+	m := c.Metrics()
+	released := m.ReleasedUnseen
 	require.Positive(t, released, "the timed-out round released its records")
+	require.Zero(t, m.Released+m.RecordsDelivered, "no record was returned, so none counts as returned or released after it")
 	abort()
 	again := 0
 	for _, r := range pollRecords(e.ctx, t, c, inputs) {
@@ -104,14 +119,10 @@ func TestLedgerCloseDuringRound(t *testing.T) {
 	abort := e.holdLedger()
 	defer func() { abort() }()
 	c := e.ledgerConsumer()
-	for c.Metrics().RecordsDelivered == 0 { // taken by Poll: a round waits
-		pctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
-		_, err := c.Poll(pctx)
-		cancel()
-		require.ErrorIs(t, err, kshare.ErrAbortable)
-		require.NoError(t, e.ctx.Err())
-	}
+	startRound(t, e, c)
 	require.NoError(t, c.Close(e.ctx))
+	m := c.Metrics()
+	require.Zero(t, m.RecordsDelivered+m.Released, "Close released records Poll never returned")
 	_, err := c.Poll(e.ctx)
 	require.ErrorIs(t, err, kshare.ErrClosed)
 	c2 := e.ledgerConsumer()

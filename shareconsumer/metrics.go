@@ -25,7 +25,9 @@ type Metrics struct {
 	ExpiredUnseen int64
 	// ReleasedUnseen counts records fetched ahead of Poll that the consumer
 	// gave back without Poll returning them: no Poll came for
-	// MaxPollInterval, or the consumer closed.
+	// MaxPollInterval, the consumer closed, or (ShareLedger) the ledger
+	// lookup of a Poll's records failed. ExpiredUnseen and ReleasedUnseen
+	// include records a ledger lookup held.
 	ReleasedUnseen int64
 	// Released counts the records Poll returned that the consumer released
 	// (Release, an aborted transaction or checkpoint, Close).

@@ -149,7 +149,15 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 					continue
 				}
 				a.handover = false
-			case !(renewHeld || a.resolving) || !a.holdsDelivered():
+			case a.holdsResolving():
+				// A ledger round looks them up, or kept them for the next
+				// Poll: renewed like records fetched ahead (a lookup may
+				// wait for an open transaction), and, like them, left to
+				// run out once the application stops polling.
+				if idle {
+					continue
+				}
+			case !renewHeld || !a.holdsDelivered():
 				continue
 			}
 			renew, expired := check(a.deadline)
@@ -221,7 +229,7 @@ func (s *session) renewStepLocked(now time.Time, due renewals) step {
 		for _, a := range h.acqs {
 			a.renewing, a.renewal = true, h
 			for i, st := range a.states {
-				if st != stDelivered && st != stBuffered {
+				if st != stDelivered && st != stBuffered && st != stResolving {
 					continue
 				}
 				off := a.first + int64(i)

@@ -11,10 +11,12 @@ import (
 	"github.com/kshare-go/kshare/wire"
 )
 
-// fault is one kind of fault and how often it may still fire.
+// fault is one kind of fault and how often it may still fire. fire
+// reports whether it fired; one that cannot now is tried again at its next
+// turn, without counting.
 type fault struct {
 	left int
-	fire func()
+	fire func() bool
 }
 
 // injectFaults fires the enabled faults in turn, one every Interval, each at
@@ -22,7 +24,9 @@ type fault struct {
 func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerPool) {
 	stats := pool.stats
 	var faults []*fault
-	add := func(times int, fire func()) { faults = append(faults, &fault{left: times, fire: fire}) }
+	add := func(times int, fire func()) {
+		faults = append(faults, &fault{left: times, fire: func() bool { fire(); return true }})
+	}
 	max := cfg.Faults.MaxPerKind
 	if cfg.Faults.KillWorker {
 		add(max, func() { pool.kill.Store(true) })
@@ -31,12 +35,16 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 		add(max, func() { pool.slow.Store(true) })
 	}
 	if cfg.Faults.Zombie {
-		add(max, func() {
+		faults = append(faults, &fault{left: max, fire: func() bool {
 			s := pool.zombieTarget()
+			if s == nil {
+				return false
+			}
 			stats.fault(faultZombie)
 			cfg.Logger.Info("fault "+faultZombie+": starting a second instance with the same transactional id", "worker", s.index)
 			pool.start(ctx, s)
-		})
+			return true
+		}})
 	}
 	if cfg.Ledger != "" {
 		if cfg.Faults.KillAfterCommit {
@@ -74,7 +82,7 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	first := 0
 	if cfg.Faults.KillWorker && faults[0].left > 0 {
 		faults[0].left--
-		faults[0].fire()
+		faults[0].fire() // a kill request always fires
 		first = 1
 	}
 	for stats.committed.Load() == 0 {
@@ -85,9 +93,8 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	ticker := time.NewTicker(cfg.Faults.Interval)
 	defer ticker.Stop()
 	for i := first; ; i++ {
-		if f := faults[i%len(faults)]; f.left > 0 {
+		if f := faults[i%len(faults)]; f.left > 0 && f.fire() {
 			f.left--
-			f.fire()
 		}
 		select {
 		case <-ctx.Done():
