@@ -357,6 +357,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	c.startPollingLocked()
 	defer c.stopPolling()
 	for {
+		var roundDone <-chan struct{}
 		if c.ledger != nil {
 			// Every record is resolved against the ledger, after its
 			// acquisition, before the application sees it.
@@ -366,54 +367,33 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 				}
 			}
 			if r := c.round; r != nil {
-				// No session long-polls for more meanwhile. A round
-				// outlives a Poll whose ctx ends first (a release would
-				// cost its records a delivery); the next Poll waits for
-				// it.
-				c.polling = false
-				c.mu.Unlock()
 				select {
 				case <-r.done:
-				case <-ctx.Done():
-					return nil, c.ctxEnded(op, ctx)
-				case <-c.closeCh:
-					return nil, errClosed(op)
-				case <-c.ready:
-					// A fetch was buffered or an error queued: only one
-					// the consumer cannot go on after ends the wait.
-				}
-				c.mu.Lock()
-				if c.closing {
-					c.mu.Unlock()
-					return nil, errClosed(op)
-				}
-				if c.stuck != nil {
-					err := c.stuck
-					c.mu.Unlock()
-					return nil, err
-				}
-				select {
-				case <-r.done:
-				default:
-					continue // still looking
-				}
-				kept, err := c.endRoundLocked(r)
-				if err != nil {
-					c.mu.Unlock()
-					return nil, err
-				}
-				if len(kept) > 0 {
-					c.mu.Unlock()
-					return kept, nil
-				}
-				// All were settled by the ledger: wait for more.
-				c.polling = true
-				for _, s := range c.sessOrder {
-					if s.buffered == nil {
-						s.poke()
+					kept, err := c.endRoundLocked(r)
+					if err != nil {
+						c.mu.Unlock()
+						return nil, err
 					}
+					if len(kept) > 0 {
+						c.mu.Unlock()
+						return kept, nil
+					}
+					// All were settled by the ledger: wait for more.
+					c.polling = true
+					for _, s := range c.sessOrder {
+						if s.buffered == nil {
+							s.poke()
+						}
+					}
+					continue
+				default:
+					// No session long-polls for more meanwhile. A round
+					// outlives a Poll whose ctx ends first (a release
+					// would cost its records a delivery); the next Poll
+					// waits for it.
+					c.polling = false
+					roundDone = r.done
 				}
-				continue
 			}
 		} else if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
 			// Sessions woken to fetch again see that no Poll waits.
@@ -426,7 +406,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 			c.mu.Unlock()
 			return nil, err
 		}
-		if len(c.errs) > 0 {
+		if len(c.errs) > 0 && roundDone == nil { // a round's outcome comes first
 			err := joinClassified(op, c.errs)
 			c.errs = nil
 			c.mu.Unlock()
@@ -439,6 +419,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 		case <-c.closeCh:
 			return nil, errClosed(op)
 		case <-c.ready:
+		case <-roundDone:
 		}
 		c.mu.Lock()
 		if c.closing {

@@ -2,6 +2,7 @@ package shareconsumer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -92,38 +93,17 @@ type acquisition struct {
 	handover bool
 }
 
-// holdsBuffered reports whether a holds records fetched for Poll that Poll
-// has not returned yet. An acquisition is never part buffered and part
-// delivered (Poll splits it), so this also says that a holds nothing the
-// application has seen.
-func (a *acquisition) holdsBuffered() bool {
-	for _, st := range a.states {
-		if st == stBuffered {
-			return true
-		}
-	}
-	return false
-}
+// holds reports whether a holds an offset in state st. An acquisition is
+// never part buffered and part delivered or resolving (Poll splits it), so
+// holding stBuffered also says that a holds nothing the application has
+// seen.
+func (a *acquisition) holds(st recState) bool { return slices.Contains(a.states, st) }
 
-// holdsResolving reports whether a holds records a ledger round looks up.
-func (a *acquisition) holdsResolving() bool {
-	for _, st := range a.states {
-		if st == stResolving {
-			return true
-		}
-	}
-	return false
-}
-
-// holdsDelivered reports whether Poll returned records of a that are
-// neither staged nor freed: the application holds them.
-func (a *acquisition) holdsDelivered() bool {
-	for _, st := range a.states {
-		if st == stDelivered {
-			return true
-		}
-	}
-	return false
+// unstaged reports whether an offset in state st is held and not handed
+// to a transaction or marked by Ack: fetched ahead, looked up in the
+// ledger, or returned by Poll.
+func (st recState) unstaged() bool {
+	return st == stBuffered || st == stResolving || st == stDelivered
 }
 
 // stagedSince reports whether one of offs, buffered or delivered when a
@@ -134,7 +114,7 @@ func (a *acquisition) stagedSince(offs []int64) bool {
 		if !a.contains(off) {
 			continue
 		}
-		if st := a.states[off-a.first]; st != stDelivered && st != stBuffered && st != stResolving {
+		if !a.states[off-a.first].unstaged() {
 			return true
 		}
 	}

@@ -138,27 +138,33 @@ func (c *Consumer) endRoundLocked(r *ledgerRound) ([]*kgo.Record, error) {
 	return kept, nil
 }
 
-// resolvingLocked returns the acquisition that holds r for a ledger round
-// (state stResolving, the same delivery, its lock standing), or nil.
-func (c *Consumer) resolvingLocked(r *kgo.Record, now time.Time) *acquisition {
+// roundHoldLocked returns the acquisition that holds r for a ledger round
+// (state stResolving, the same delivery) and r's index in it.
+func (c *Consumer) roundHoldLocked(r *kgo.Record) (*acquisition, int, bool) {
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] != stResolving || !a.usable(now) {
-		return nil
+	if !ok || a.states[idx] != stResolving {
+		return nil, 0, false
 	}
 	if d := deliveryOf(r); d != nil && d != a.delivery {
-		return nil
+		return nil, 0, false
 	}
-	return a
+	return a, idx, true
+}
+
+// resolvingLocked returns the acquisition that holds r for a ledger round
+// with its lock standing, or nil.
+func (c *Consumer) resolvingLocked(r *kgo.Record, now time.Time) *acquisition {
+	if a, _, ok := c.roundHoldLocked(r); ok && a.usable(now) {
+		return a
+	}
+	return nil
 }
 
 // dropResolvingLocked forgets r, kept by a round whose lock ran out
 // before a Poll could hand it over, and counts it as expired unseen.
 func (c *Consumer) dropResolvingLocked(r *kgo.Record, now time.Time) {
-	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] != stResolving {
-		return
-	}
-	if d := deliveryOf(r); d != nil && d != a.delivery {
+	a, idx, ok := c.roundHoldLocked(r)
+	if !ok {
 		return
 	}
 	a.set(idx, stFree)

@@ -127,7 +127,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				continue
 			}
 			switch {
-			case a.holdsBuffered():
+			case a.holds(stBuffered):
 				if idle {
 					continue // released instead (releaseIdleLocked)
 				}
@@ -138,7 +138,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 					h.acqs = append(h.acqs, a)
 					continue
 				}
-			case a.handover && a.holdsDelivered():
+			case a.handover && a.holds(stDelivered):
 				if now.Before(a.deadline) { // due now
 					if due.held == nil {
 						due.held = make(map[kshare.TopicPartition]*heldRenewal)
@@ -149,7 +149,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 					continue
 				}
 				a.handover = false
-			case a.holdsResolving():
+			case a.holds(stResolving):
 				// A ledger round looks them up, or kept them for the next
 				// Poll: renewed like records fetched ahead (a lookup may
 				// wait for an open transaction), and, like them, left to
@@ -157,7 +157,7 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				if idle {
 					continue
 				}
-			case !renewHeld || !a.holdsDelivered():
+			case !renewHeld || !a.holds(stDelivered):
 				continue
 			}
 			renew, expired := check(a.deadline)
@@ -172,14 +172,14 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 				due.held = make(map[kshare.TopicPartition]*heldRenewal)
 			}
 			if due.held[tp] == nil {
-				due.held[tp] = &heldRenewal{acqs: []*acquisition{a}, buffered: a.holdsBuffered()}
+				due.held[tp] = &heldRenewal{acqs: []*acquisition{a}, buffered: a.holds(stBuffered)}
 			}
 		}
 		if h := due.held[tp]; h != nil && h.buffered {
 			// The partition's other fetched-ahead ranges, due or not,
 			// ride along.
 			for _, a := range p.acqs {
-				if a.sess == s && !a.dead && !a.renewStopped && !a.renewing && a.holdsBuffered() && !slices.Contains(h.acqs, a) && now.Before(a.deadline) {
+				if a.sess == s && !a.dead && !a.renewStopped && !a.renewing && a.holds(stBuffered) && !slices.Contains(h.acqs, a) && now.Before(a.deadline) {
 					h.acqs = append(h.acqs, a)
 				}
 			}
@@ -229,7 +229,7 @@ func (s *session) renewStepLocked(now time.Time, due renewals) step {
 		for _, a := range h.acqs {
 			a.renewing, a.renewal = true, h
 			for i, st := range a.states {
-				if st != stDelivered && st != stBuffered && st != stResolving {
+				if !st.unstaged() {
 					continue
 				}
 				off := a.first + int64(i)

@@ -156,10 +156,9 @@ type readerTask struct {
 	// atLimit holds the values of the records delivered as often as the
 	// group's delivery limit allows, until their checkpoint ends.
 	atLimit map[string]bool
-	open    int // records polled since the last snapshot
-	// openRecs are those records, whose locks a stalled snapshot waits
-	// out (stallPastLocks).
-	openRecs []*kgo.Record
+	// open holds the records polled since the last snapshot, whose
+	// locks a stalled snapshot waits out (stallPastLocks).
+	open []*kgo.Record
 	// staged holds, per staged checkpoint not yet resolved, the values
 	// of its records and when it was staged.
 	staged map[int64]*stagedCheckpoint
@@ -275,7 +274,7 @@ func (t *readerTask) handle(ctx context.Context, r SourceReader, m readerMsg) er
 // answers the coordinator.
 func (t *readerTask) snapshot(ctx context.Context, r SourceReader, m readerMsg) error {
 	t.mu.Lock()
-	open := t.open
+	open := len(t.open)
 	t.mu.Unlock()
 	res := snapshotResult{reader: t.index, id: m.id, records: open, stallAsked: m.stall}
 	if m.stall && open > 0 {
@@ -321,7 +320,7 @@ const stallMargin = 4 // a quarter lock
 // without the consumer, a lock duration and the margin from now.
 func (t *readerTask) locksGone() time.Time {
 	t.mu.Lock()
-	cons, recs := t.cons, t.openRecs
+	cons, recs := t.cons, t.open
 	t.mu.Unlock()
 	margin := t.cfg.LockDuration / stallMargin
 	if cons == nil {
@@ -441,8 +440,7 @@ func (t *readerTask) forget(values []string, why Archive) {
 func (t *readerTask) polled(records []*kgo.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.open += len(records)
-	t.openRecs = append(t.openRecs, records...)
+	t.open = append(t.open, records...)
 	for i, atLimit := range deliveries(t.cons, records, &t.stats.runStats, t.cfg.DeliveryLimit) {
 		v := string(records[i].Value)
 		if atLimit {
@@ -464,8 +462,7 @@ func (t *readerTask) snapshotted(id int64, records []*kgo.Record, err error) {
 		values[i] = string(r.Value)
 	}
 	t.mu.Lock()
-	t.open = 0
-	t.openRecs = nil
+	t.open = nil
 	if err == nil {
 		t.staged[id] = &stagedCheckpoint{values: values, stagedAt: time.Now()}
 		for _, v := range values {
