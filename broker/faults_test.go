@@ -50,10 +50,24 @@ func TestInjectFaults(t *testing.T) {
 			after <- resp.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode
 		}}
 	})
+	// reconnect waits until the victim talks to the node again: kgo may
+	// write its next request on the connection the node just dropped,
+	// before it notices, and fail that request without sending it.
+	reconnect := func() {
+		for {
+			_, err := victim.Broker(0).Request(ctx, kmsg.NewPtrApiVersionsRequest())
+			if err == nil {
+				return
+			}
+			require.NoError(t, ctx.Err(), "the victim never reconnected: %v", err)
+		}
+	}
 	require.Error(t, create(victim, "dropped-request"), "the connection closed before the answer")
 	require.False(t, exists("dropped-request"), "the node never saw the request")
+	reconnect()
 	require.Error(t, create(victim, "dropped-answer"))
 	require.True(t, exists("dropped-answer"), "the node applied the request")
+	reconnect()
 	require.NoError(t, create(victim, "observed"))
 	require.Len(t, after, 1, "AfterHandling ran once")
 	require.Zero(t, <-after, "AfterHandling saw the answer")

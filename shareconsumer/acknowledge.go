@@ -249,7 +249,7 @@ func (s *session) doAck(st step) {
 		}
 	}
 	if !st.renews.empty() {
-		s.applyRenewLocked(st, ar.AcquisitionLockTimeoutMillis, failed)
+		s.applyRenewLocked(st, ar.AcquisitionLockTimeoutMillis, failed, now)
 	}
 	c.mu.Unlock()
 	for _, j := range st.jobs {

@@ -329,15 +329,18 @@ func (s *session) probeRenew() {
 	}
 }
 
-// applyRenewLocked records the outcome of a RENEW request: renewed records
-// get a new deadline from the time the request was sent; staged records
-// the broker would not renew are TX_PENDING (their transaction's
-// acknowledgement arrived first) or lost, and are not renewed again.
-// Delivered records it would not renew are lost too, unless one of them
-// was staged while the request travelled (its transaction may have
-// reached the broker first): the others are then renewed again without
-// it.
-func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.TopicPartition]error) {
+// applyRenewLocked records the outcome of a RENEW request answered at
+// answered: renewed records get a new deadline from the time the request
+// was sent; staged records the broker would not renew are TX_PENDING
+// (their transaction's acknowledgement arrived first) or lost, and are not
+// renewed again. Delivered records it would not renew are lost too, unless
+// one of them was staged while the request travelled (its transaction may
+// have reached the broker first): the others are then renewed again
+// without it.
+//
+// A success answered after the lock's end, as known when the RENEW was
+// sent, proves nothing (lateRenewal): those records are taken as lost.
+func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.TopicPartition]error, answered time.Time) {
 	lock := s.lockDur
 	if lockMillis > 0 {
 		lock = time.Duration(lockMillis) * time.Millisecond
@@ -352,9 +355,22 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 		}
 		if err == nil {
 			for _, a := range h.acqs {
+				n := int64(0)
+				for _, off := range h.offs {
+					if a.contains(off) {
+						n++
+					}
+				}
+				if lateRenewal(answered, a.deadline) {
+					a.renewStopped = true
+					s.c.metrics.RenewalsRefused += n
+					s.c.logger.Debug("lock renewal of unstaged records not trusted",
+						"topic", tp.Topic, "partition", tp.Partition, "err", lateRenewalErr(answered, a.deadline))
+					continue
+				}
 				a.deadline = st.sentAt.Add(lock)
+				s.c.metrics.LocksRenewed += n
 			}
-			s.c.metrics.LocksRenewed += int64(len(h.offs))
 			continue
 		}
 		if !staged {
@@ -368,6 +384,11 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 	}
 	for tp, srs := range st.renews.staged {
 		err := failed[tp]
+		for _, sr := range srs {
+			if err == nil && lateRenewal(answered, sr.deadline) {
+				err = lateRenewalErr(answered, sr.deadline)
+			}
+		}
 		for _, sr := range srs {
 			sr.renewing = false
 			if sr.forceSent {
@@ -391,6 +412,31 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 				"topic", tp.Topic, "partition", tp.Partition, "err", err)
 		}
 	}
+}
+
+// renewGuard is how long before a lock's known end a RENEW must be
+// answered for its success to count: the broker's lock timer may fire a
+// tick early, and its clock may run a little faster than ours.
+const renewGuard = 10 * time.Millisecond
+
+// lateRenewal reports whether a RENEW answered at answered came too late
+// to prove anything about a lock that, as known when it was sent, ended
+// at deadline. The lock may have run out at the leader before the RENEW
+// got there, and Apache Kafka (4.4) answers a RENEW, as any
+// acknowledgement, of offsets below the share-partition start offset with
+// success without looking at them: once another member had been handed
+// the records and acknowledged them, the late success would say that the
+// records are still held. An answer before the known end proves it,
+// since the leader's lock ends no sooner (it started when the leader took
+// the request that set it, after the consumer sent it).
+func lateRenewal(answered, deadline time.Time) bool {
+	return !answered.Before(deadline.Add(-renewGuard))
+}
+
+// lateRenewalErr is the failure of a renewal lateRenewal does not trust.
+func lateRenewalErr(answered, deadline time.Time) error {
+	return fmt.Errorf("the RENEW was answered at %s, after the lock's end at %s known when it was sent, so its success does not prove that the lock was still held (a leader answers an acknowledgement of records another member has acknowledged since with success): %w",
+		answered.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano), ErrLockExpired)
 }
 
 // renewHint explains, in a staging error, why a lock may have run out.

@@ -181,6 +181,14 @@ func scenarioShareSessions(ctx context.Context, tg *target, tr *transcript) {
 	tr.add("expired: accept", "%s", acks(m1.Acknowledge(ctx, false, testkit.Ack(0, 1, testkit.AckAccept))))
 	tr.add("expired: release", "%s", acks(m1.Acknowledge(ctx, false, testkit.Ack(0, 1, testkit.AckRelease))))
 	tr.add("expired: the other member renews", "%s", acks(m2.Acknowledge(ctx, true, testkit.Ack(0, 1, testkit.AckRenew))))
+	// Once the other member has acknowledged the records, they are below
+	// the start offset, and an acknowledgement of them succeeds without
+	// a look at who held them: a RENEW's success proves a lock only when
+	// it came back before that lock's known end (shareconsumer's
+	// lateRenewal).
+	tr.add("expired: the other member accepts", "%s", acks(m2.Acknowledge(ctx, false, testkit.Ack(0, 1, testkit.AckAccept))))
+	tr.add("expired: renew of records the other member acknowledged", "%s", acks(m1.Acknowledge(ctx, true, testkit.Ack(0, 1, testkit.AckRenew))))
+	tr.add("expired: accept of records the other member acknowledged", "%s", acks(m1.Acknowledge(ctx, false, testkit.Ack(0, 1, testkit.AckAccept))))
 }
 
 // sessionWait bounds the wait for records to come back; the scenario's
