@@ -429,8 +429,14 @@ const renewGuard = 10 * time.Millisecond
 // records are still held. An answer before the known end proves it,
 // since the leader's lock ends no sooner (it started when the leader took
 // the request that set it, after the consumer sent it).
+//
+// Both clocks must say the answer was in time: the monotonic one, which
+// a wall-clock step does not move, and the wall clock, which counts what
+// the monotonic one may not (a host suspended, a process restored from a
+// checkpoint), while the leader's lock ran on.
 func lateRenewal(answered, deadline time.Time) bool {
-	return !answered.Before(deadline.Add(-renewGuard))
+	d := deadline.Add(-renewGuard)
+	return !answered.Before(d) || !answered.Round(0).Before(d.Round(0))
 }
 
 // lateRenewalErr is the failure of a renewal lateRenewal does not trust.
