@@ -248,7 +248,7 @@ func (c *Consumer) DeliveryCount(r *kgo.Record) (int16, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] == stBuffered || a.states[idx] == stResolving {
+	if !ok || a.states[idx].unseen() {
 		return 0, false
 	}
 	return a.deliveries, true
@@ -265,7 +265,7 @@ func (c *Consumer) LockDeadline(r *kgo.Record) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
-	if !ok || a.states[idx] == stBuffered || a.states[idx] == stResolving {
+	if !ok || a.states[idx].unseen() {
 		return time.Time{}, false
 	}
 	return c.held.lockDeadline(a, idx), true

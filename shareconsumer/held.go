@@ -99,6 +99,10 @@ type acquisition struct {
 // seen.
 func (a *acquisition) holds(st recState) bool { return slices.Contains(a.states, st) }
 
+// unseen reports whether an offset in state st was fetched and not yet
+// returned by Poll: fetched ahead, or being looked up in the ledger.
+func (st recState) unseen() bool { return st == stBuffered || st == stResolving }
+
 // unstaged reports whether an offset in state st is held and not handed
 // to a transaction or marked by Ack: fetched ahead, looked up in the
 // ledger, or returned by Poll.

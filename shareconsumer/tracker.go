@@ -173,7 +173,7 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 				return fmt.Errorf("%s: %w", where, ErrLockExpired)
 			case !now.Before(a.deadline):
 				return fmt.Errorf("%s: lock ended at %s: %w", where, a.deadline.Format(time.RFC3339Nano), ErrLockExpired)
-			case a.states[idx] == stBuffered || a.states[idx] == stResolving:
+			case a.states[idx].unseen():
 				return fmt.Errorf("%s was delivered again since Poll returned it: %w", where, ErrLockExpired)
 			case a.states[idx] != stDelivered:
 				return fmt.Errorf("%s is no longer held (released or acknowledged since Poll returned it, or never returned by Poll): %w", where, ErrNotHeld)
