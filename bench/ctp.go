@@ -104,7 +104,7 @@ func kshareEOS(ctx context.Context, e *env, s ctpSpec, output string) (sample, e
 			cons.Close(cctx)
 			m := cons.Metrics()
 			run.ledgerPolls.Add(m.LedgerResolves)
-			run.ledgerNanos.Add(int64(m.LedgerResolveTime))
+			run.ledgerNanos.Add(int64(m.LedgerPollWait))
 		}()
 		if err := prod.InitTransactions(ctx); err != nil {
 			return err

@@ -356,6 +356,14 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	}
 	c.startPollingLocked()
 	defer c.stopPolling()
+	var roundWait time.Time // when this Poll began to wait for a round
+	defer func() {
+		if !roundWait.IsZero() {
+			c.mu.Lock()
+			c.metrics.LedgerPollWait += time.Since(roundWait)
+			c.mu.Unlock()
+		}
+	}()
 	for {
 		var roundDone <-chan struct{}
 		if c.ledger != nil {
@@ -369,12 +377,17 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 			if r := c.round; r != nil {
 				select {
 				case <-r.done:
+					if !roundWait.IsZero() {
+						c.metrics.LedgerPollWait += time.Since(roundWait)
+						roundWait = time.Time{}
+					}
 					kept, err := c.endRoundLocked(r)
 					if err != nil {
 						c.mu.Unlock()
 						return nil, err
 					}
 					if len(kept) > 0 {
+						c.startEagerRoundLocked()
 						c.mu.Unlock()
 						return kept, nil
 					}
@@ -393,6 +406,9 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 					// waits for it.
 					c.polling = false
 					roundDone = r.done
+					if roundWait.IsZero() {
+						roundWait = time.Now()
+					}
 				}
 			}
 		} else if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {

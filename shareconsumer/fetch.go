@@ -152,6 +152,7 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 		// Renewed until Poll takes them (dueRenewalsLocked).
 		s.renewDueByLocked(deadline)
 		c.signalReady()
+		c.startEagerRoundLocked()
 	}
 	if c.slow && len(res.groups) == 0 {
 		c.passTurnLocked(s) // nothing here: the Poll asks the next leader

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,9 +31,12 @@ import (
 // earlier and its acknowledgement was lost) and counted in
 // Metrics().ResolvedFromLedger instead of being returned. Every record is
 // resolved, not only redeliveries: Kafka's delivery counts are not
-// reliable enough to tell them (docs/design.md). This costs Poll a
-// ListOffsets and a fetch of the ledger partitions involved, whose work
-// is the claims written since the last Poll.
+// reliable enough to tell them (docs/design.md). A lookup costs a
+// ListOffsets and a Fetch to each leader of the ledger partitions
+// involved, in parallel, and its work is the claims written since the
+// last one; the lookup of records fetched ahead starts when they arrive,
+// while the application works on the last Poll's records, so a Poll
+// mostly finds it done (Metrics().LedgerPollWait).
 //
 // The first Poll creates the topic if it is missing (ledger.DefaultPartitions
 // partitions, the cluster's default replication factor); a ledger that
@@ -95,6 +99,29 @@ type ledgerRound struct {
 	err    error
 }
 
+// startEagerRoundLocked starts the ledger round of the records the sessions
+// fetched ahead, when no round runs: the lookup (a round trip to the
+// ledger's leaders, and a wait for any transaction open on the ledger)
+// then overlaps the application's work on what the last Poll returned,
+// and the next Poll takes its outcome instead of waiting for all of it.
+// The records are held no longer than fetched-ahead records are (renewed
+// until a Poll takes them, released once the application stops polling),
+// and no more are fetched: a session fetches ahead once per Poll. An
+// application slower than MaxPollInterval gets no eager rounds (its Polls
+// fetch from one leader at a time and hold nothing back).
+func (c *Consumer) startEagerRoundLocked() {
+	if c.ledger == nil || !c.ledgerReady || c.round != nil || c.closing || c.stuck != nil || c.slow {
+		return
+	}
+	if recs := c.takeReadyLocked(time.Now()); len(recs) > 0 {
+		c.startRoundLocked(recs)
+		// No session long-polls for more while a round runs: a Poll
+		// that waits now waits for this round (and says so again if
+		// the round settles every record).
+		c.polling = false
+	}
+}
+
 // startRoundLocked starts the ledger round of recs, which Poll just took.
 func (c *Consumer) startRoundLocked(recs []*kgo.Record) {
 	ctx, cancel := context.WithTimeoutCause(c.bgCtx, ledgerRoundTimeout,
@@ -121,10 +148,11 @@ func (c *Consumer) endRoundLocked(r *ledgerRound) ([]*kgo.Record, error) {
 	now := time.Now()
 	kept := r.kept[:0:0]
 	var handed *acquisition
+	var f partFinder
 	for _, rec := range r.kept {
-		a := c.resolvingLocked(rec, now)
+		a := c.resolvingLocked(&f, rec, now)
 		if a == nil {
-			c.dropResolvingLocked(rec, now)
+			c.dropResolvingLocked(&f, rec, now)
 			continue
 		}
 		a.states[rec.Offset-a.first] = stDelivered
@@ -138,10 +166,23 @@ func (c *Consumer) endRoundLocked(r *ledgerRound) ([]*kgo.Record, error) {
 	return kept, nil
 }
 
+// partFinder is a finder with the partition it finds in, for one pass
+// over a round's records: they come partition by partition and in offset
+// order, so looking each up from the acquisition that held the last one
+// is cheap.
+type partFinder struct {
+	tp kshare.TopicPartition
+	finder
+}
+
 // roundHoldLocked returns the acquisition that holds r for a ledger round
 // (state stResolving, the same delivery) and r's index in it.
-func (c *Consumer) roundHoldLocked(r *kgo.Record) (*acquisition, int, bool) {
-	a, idx, ok := c.held.find(kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset)
+func (c *Consumer) roundHoldLocked(f *partFinder, r *kgo.Record) (*acquisition, int, bool) {
+	tp := kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+	if f.tp != tp || f.p != c.held.parts[tp] {
+		*f = partFinder{tp: tp, finder: finder{p: c.held.parts[tp]}}
+	}
+	a, idx, ok := f.find(r.Offset)
 	if !ok || a.states[idx] != stResolving {
 		return nil, 0, false
 	}
@@ -153,8 +194,8 @@ func (c *Consumer) roundHoldLocked(r *kgo.Record) (*acquisition, int, bool) {
 
 // resolvingLocked returns the acquisition that holds r for a ledger round
 // with its lock standing, or nil.
-func (c *Consumer) resolvingLocked(r *kgo.Record, now time.Time) *acquisition {
-	if a, _, ok := c.roundHoldLocked(r); ok && a.usable(now) {
+func (c *Consumer) resolvingLocked(f *partFinder, r *kgo.Record, now time.Time) *acquisition {
+	if a, _, ok := c.roundHoldLocked(f, r); ok && a.usable(now) {
 		return a
 	}
 	return nil
@@ -162,8 +203,8 @@ func (c *Consumer) resolvingLocked(r *kgo.Record, now time.Time) *acquisition {
 
 // dropResolvingLocked forgets r, kept by a round whose lock ran out
 // before a Poll could hand it over, and counts it as expired unseen.
-func (c *Consumer) dropResolvingLocked(r *kgo.Record, now time.Time) {
-	a, idx, ok := c.roundHoldLocked(r)
+func (c *Consumer) dropResolvingLocked(f *partFinder, r *kgo.Record, now time.Time) {
+	a, idx, ok := c.roundHoldLocked(f, r)
 	if !ok {
 		return
 	}
@@ -186,20 +227,19 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		return nil, errs.Usage(op, fmt.Errorf("claim ledger %q has no partitions", c.ledger.Topic()))
 	}
 	c.mu.Lock()
-	inputs := make([]ledger.Input, len(recs))
-	parts := make(map[int32]bool)
-	for i, r := range recs {
-		inputs[i] = ledger.Input{Group: c.cfg.group, TopicID: c.topicIDs[r.Topic], Partition: r.Partition}
-		parts[inputs[i].LedgerPartition(n)] = true
-	}
+	runs := runsByInput(recs, c.cfg.group, c.topicIDs)
 	prune := time.Since(c.ledgerPrunedAt) >= ledgerPruneEvery
 	if prune {
 		c.ledgerPrunedAt = time.Now()
 	}
 	c.mu.Unlock()
-	list := make([]int32, 0, len(parts))
-	for p := range parts {
-		list = append(list, p)
+	seen := make(map[int32]bool, len(runs))
+	list := make([]int32, 0, len(runs))
+	for _, run := range runs {
+		if p := run.in.LedgerPartition(n); !seen[p] {
+			seen[p] = true
+			list = append(list, p)
+		}
 	}
 	began := time.Now()
 	defer func() {
@@ -220,13 +260,20 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 		return nil, errs.New(class, op, fmt.Errorf("resolving records against the claim ledger: %w", err))
 	}
 	var kept []*kgo.Record
-	covered := make(map[*kgo.Record]wire.AckType)
-	for i, r := range recs {
-		if typ, ok := c.ledger.Lookup(inputs[i], r.Offset); ok {
-			covered[r] = wire.AckType(typ)
-			continue
-		}
-		kept = append(kept, r)
+	var covered map[*kgo.Record]wire.AckType
+	for _, run := range runs {
+		from := len(kept)
+		kept = append(kept, run.recs...)
+		c.ledger.LookupEach(run.in, run.offsets, func(i int, typ int8) {
+			if covered == nil {
+				covered = make(map[*kgo.Record]wire.AckType)
+			}
+			covered[run.recs[i]] = wire.AckType(typ)
+			kept[from+i] = nil
+		})
+	}
+	if covered != nil {
+		kept = slices.DeleteFunc(kept, func(r *kgo.Record) bool { return r == nil })
 	}
 	if prune {
 		// After the lookups: the start offsets it reads are at most the
@@ -250,6 +297,39 @@ func (c *Consumer) resolveFromLedger(ctx context.Context, recs []*kgo.Record) ([
 	return kept, nil
 }
 
+// inputRun is a run of a Poll's records of one input partition, in the
+// order Poll took them, with their offsets.
+type inputRun struct {
+	in      ledger.Input
+	recs    []*kgo.Record
+	offsets []int64
+}
+
+// runsByInput cuts recs into runs of one input partition each (a fetch
+// hands records over partition by partition, so a Poll has few), so that
+// resolving costs a lookup of the ledger partition per run rather than
+// per record.
+func runsByInput(recs []*kgo.Record, group string, topicIDs map[string][16]byte) []inputRun {
+	var runs []inputRun
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && recs[j].Topic == recs[i].Topic && recs[j].Partition == recs[i].Partition {
+			j++
+		}
+		offs := make([]int64, j-i)
+		for k, r := range recs[i:j] {
+			offs[k] = r.Offset
+		}
+		runs = append(runs, inputRun{
+			in:      ledger.Input{Group: group, TopicID: topicIDs[recs[i].Topic], Partition: recs[i].Partition},
+			recs:    recs[i:j],
+			offsets: offs,
+		})
+		i = j
+	}
+	return runs
+}
+
 // settleResolvingLocked acknowledges records a ledger round holds, each
 // with its type, with a plain ShareAcknowledge in the background, and
 // returns how many it acknowledged (records no longer held for the round
@@ -258,8 +338,9 @@ func (c *Consumer) settleResolvingLocked(types map[*kgo.Record]wire.AckType) int
 	now := time.Now()
 	picked := make(map[*acquisition]map[int]wire.AckType)
 	n := 0
+	var f partFinder
 	for r, t := range types {
-		a := c.resolvingLocked(r, now)
+		a := c.resolvingLocked(&f, r, now)
 		if a == nil {
 			continue
 		}

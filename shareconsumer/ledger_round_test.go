@@ -130,3 +130,43 @@ func TestLedgerCloseDuringRound(t *testing.T) {
 	abort = func() {}
 	pollRecords(e.ctx, t, c2, inputs)
 }
+
+// The ledger lookup of records fetched ahead starts when they arrive, not
+// when the next Poll asks for them: it runs while the application works on
+// what the last Poll returned. One Poll is made, and a second lookup ends
+// without another; the next Poll takes its outcome.
+func TestLedgerLookupRunsWhileTheApplicationWorks(t *testing.T) {
+	const inputs = 30
+	e := txnEnv(t, inputs, broker.ShareTxnAPIs(false))
+	c := e.ledgerConsumer(shareconsumer.MaxPollRecords(5))
+	first, err := c.Poll(e.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, first)
+	e.eventually("a lookup of the records fetched ahead ends with no Poll waiting", func() bool {
+		return c.Metrics().LedgerResolves >= 2 && !shareconsumer.RoundRunning(c)
+	})
+	waited := c.Metrics().LedgerPollWait
+	next, err := c.Poll(e.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, next, "the next Poll hands over what the lookup kept")
+	require.Equal(t, waited, c.Metrics().LedgerPollWait, "the next Poll did not wait for a lookup")
+	for _, r := range next {
+		n, ok := c.DeliveryCount(r)
+		require.True(t, ok)
+		require.EqualValues(t, 1, n)
+	}
+}
+
+// Records whose lookup ran ahead of an application that then stops polling
+// are not kept from the group: once MaxPollInterval has passed, their
+// locks run out unrenewed and another consumer gets every record.
+func TestLedgerLookupAheadOfAnIdleApplicationLetsGo(t *testing.T) {
+	const inputs = 30
+	e := txnEnv(t, inputs, broker.ShareTxnAPIs(false), broker.ShareLockDuration(2*time.Second))
+	c1 := e.ledgerConsumer(shareconsumer.MaxPollRecords(5), shareconsumer.MaxPollInterval(500*time.Millisecond))
+	_, err := c1.Poll(e.ctx)
+	require.NoError(t, err)
+	e.eventually("a lookup ran ahead of the application", func() bool { return c1.Metrics().LedgerResolves >= 2 })
+	c2 := e.ledgerConsumer()
+	pollRecords(e.ctx, t, c2, inputs)
+}

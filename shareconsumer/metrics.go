@@ -57,13 +57,19 @@ type Metrics struct {
 	// rules out unless one of its assumptions failed (docs/design.md,
 	// "Exactly-once without KIP-1289"); each is logged at ERROR.
 	LedgerConflicts int64
-	// LedgerResolves counts the Polls that resolved their records against
-	// the ledger, and LedgerResolveTime is the time they spent doing so
-	// (the ledger's latest offsets, its reads up to them, now and then
-	// the pruning of what can no longer matter): what the
-	// ledger adds to a Poll is LedgerResolveTime / LedgerResolves.
+	// LedgerResolves counts the ledger lookups (one per batch of records
+	// a Poll hands over), and LedgerResolveTime is the time they took
+	// (the ledger's latest offsets, its reads up to them, a wait for
+	// transactions open on it, now and then the pruning of what can no
+	// longer matter).
 	LedgerResolves    int64
 	LedgerResolveTime time.Duration
+	// LedgerPollWait is the time Polls spent waiting for ledger lookups
+	// to end. A lookup of records fetched ahead starts when they arrive
+	// and runs while the application works on the last Poll's records,
+	// so this, not LedgerResolveTime, is what the ledger adds to the
+	// Polls: LedgerPollWait / LedgerResolves per lookup.
+	LedgerPollWait time.Duration
 }
 
 // Metrics returns a snapshot of the consumer's counters.

@@ -254,13 +254,19 @@ func (t *tracker) Resolve(acks *acktrack.Set, committed bool) {
 	c.resolveLocked(acks, committed)
 }
 
+// errTxnEnded fails a commit-time renewal whose transaction ended first.
+var errTxnEnded = errors.New("the transaction ended")
+
 // resolveLocked is Resolve with c.mu held.
 func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 	now := time.Now()
 	release := make(map[*acquisition]map[int]struct{})
 	// A ledger transaction's acknowledgements are the consumer's to send
 	// once it committed: the brokers know nothing of the transaction.
-	acknowledge := make(map[*acquisition]map[int]wire.AckType)
+	// Indexed by record, AckGap for none: a map per record costs a
+	// ledger commit of many records more than the rest of its bookkeeping.
+	acknowledge := make(map[*acquisition][]wire.AckType)
+	acked := 0
 	n := 0
 	for _, atp := range acks.Partitions() {
 		f := finder{p: c.held.parts[kshare.TopicPartition(atp)]}
@@ -290,7 +296,7 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 				continue
 			}
 			a.staged[idx] = nil
-			forcedDoneLocked(sr, errors.New("the transaction ended"))
+			forcedDoneLocked(sr, errTxnEnded)
 			n++
 			if committed && sr.ledger {
 				if a.dead {
@@ -299,7 +305,10 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 					continue
 				}
 				if acknowledge[a] == nil {
-					acknowledge[a] = make(map[int]wire.AckType)
+					acknowledge[a] = make([]wire.AckType, len(a.states))
+				}
+				if acknowledge[a][idx] == wire.AckGap {
+					acked++
 				}
 				acknowledge[a][idx] = wire.AckType(rec.Type)
 				continue
@@ -317,11 +326,10 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 	js := jobSet{quiet: true}
 	for a, types := range acknowledge {
 		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
-			t, ok := types[idx]
-			return t, ok
+			return types[idx], types[idx] != wire.AckGap
 		}))
-		c.metrics.LedgerAcked += int64(len(types))
 	}
+	c.metrics.LedgerAcked += int64(acked)
 	for a, idxs := range release {
 		js.add(a, a.take(func(idx int) (wire.AckType, bool) {
 			_, ok := idxs[idx]

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/kshare-go/kshare/internal/javahash"
 )
@@ -77,7 +78,13 @@ func (c Claim) Input() Input { return Input{c.Group, c.TopicID, c.Partition} }
 // Key returns the record key of in's claims, "group/topicID/partition",
 // which LedgerPartition hashes.
 func (in Input) Key() string {
-	return fmt.Sprintf("%s/%s/%d", in.Group, hex.EncodeToString(in.TopicID[:]), in.Partition)
+	b := make([]byte, 0, len(in.Group)+2*len(in.TopicID)+13)
+	b = append(b, in.Group...)
+	b = append(b, '/')
+	b = hex.AppendEncode(b, in.TopicID[:])
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(in.Partition), 10)
+	return string(b)
 }
 
 // LedgerPartition returns the ledger partition that holds every claim of in,
@@ -174,6 +181,19 @@ func Decode(value []byte) (Claim, error) {
 // types other than accept and reject left out (they are not claimed),
 // runs of consecutive offsets of one type merged.
 func RangesOf(offsets []int64, types []int8) []Range {
+	if slices.IsSortedFunc(offsets, func(a, b int64) int {
+		if a >= b {
+			return 1 // equal offsets are not strictly ascending either
+		}
+		return -1
+	}) {
+		// One type per offset already, in order: no map, no sort.
+		var out []Range
+		for i, o := range offsets {
+			out = appendClaimed(out, o, types[i])
+		}
+		return out
+	}
 	last := make(map[int64]int8, len(offsets))
 	for i, o := range offsets {
 		last[o] = types[i]
@@ -187,12 +207,21 @@ func RangesOf(offsets []int64, types []int8) []Range {
 	slices.Sort(sorted)
 	var out []Range
 	for _, o := range sorted {
-		t := last[o]
-		if n := len(out); n > 0 && out[n-1].Last == o-1 && out[n-1].Type == t {
-			out[n-1].Last = o
-			continue
-		}
-		out = append(out, Range{First: o, Last: o, Type: t})
+		out = appendClaimed(out, o, last[o])
 	}
 	return out
+}
+
+// appendClaimed adds offset o of type t to the ranges out, whose last
+// offset is below o: a type that is not claimed is left out, and o joins
+// the last range if it follows it with the same type.
+func appendClaimed(out []Range, o int64, t int8) []Range {
+	if t != TypeAccept && t != TypeReject {
+		return out
+	}
+	if n := len(out); n > 0 && out[n-1].Last == o-1 && out[n-1].Type == t {
+		out[n-1].Last = o
+		return out
+	}
+	return append(out, Range{First: o, Last: o, Type: t})
 }

@@ -90,7 +90,12 @@ func (x *Index) insert(es []entry, e entry) []entry {
 // Lookup returns the type of the committed claim that covers offset off
 // of in, if one does.
 func (x *Index) Lookup(in Input, off int64) (int8, bool) {
-	es := x.inputs[in]
+	return lookupEntries(x.inputs[in], off)
+}
+
+// lookupEntries returns the type of the entry of the sorted es that
+// covers off, if one does.
+func lookupEntries(es []entry, off int64) (int8, bool) {
 	i := sort.Search(len(es), func(i int) bool { return es[i].Last >= off })
 	if i < len(es) && es[i].First <= off {
 		return es[i].Type, true

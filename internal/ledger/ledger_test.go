@@ -49,6 +49,11 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 func TestRangesOf(t *testing.T) {
 	got := RangesOf([]int64{3, 1, 2, 2, 7, 8, 9}, []int8{1, 1, 3, 1, 2, 3, 3})
 	require.Equal(t, []Range{{1, 3, TypeAccept}, {8, 9, TypeReject}}, got)
+	// Ascending offsets (what a consumer's acknowledgements usually are)
+	// take a path of their own: the same ranges.
+	got = RangesOf([]int64{1, 2, 3, 5, 7, 8, 9, 10}, []int8{1, 1, 1, 1, 2, 3, 3, 1})
+	require.Equal(t, []Range{{1, 3, TypeAccept}, {5, 5, TypeAccept}, {8, 9, TypeReject}, {10, 10, TypeAccept}}, got)
+	require.Empty(t, RangesOf([]int64{4, 5}, []int8{2, 2}), "releases are not claimed")
 }
 
 // The index answers per offset, keeps the first claim on overlaps, and

@@ -197,14 +197,21 @@ func (r *Resolver) Partitions() int32 {
 }
 
 // CatchUp reads the given ledger partitions until each one's position is
-// past its high watermark as ListOffsets reports it now: call it after the
-// records to resolve were acquired, so that a claim written before the
+// past its high watermark as observed after the call began: call it after
+// the records to resolve were acquired, so that a claim written before the
 // acquisition is either read (its transaction committed) or known absent
 // (it aborted; a read_committed fetch does not pass an open transaction's
 // first offset until the transaction ends, so CatchUp waits for it).
-// Retriable errors are retried within ctx; ctx ending is
-// kshare.ErrAbortable, anything else kshare.ErrUsage (the ledger cannot be
-// read as configured).
+//
+// The mark of a partition is its high watermark as ListOffsets reports it,
+// not as a Fetch answer does: a leader just elected may answer a fetch
+// with a high watermark below claims that its predecessor acknowledged
+// (it learns the mark from its followers), while ListOffsets answers
+// OFFSET_NOT_AVAILABLE until the mark reaches the leader's epoch start.
+// The ListOffsets and the first Fetch go to each leader together, in
+// parallel across leaders: usually one round trip does it all. Retriable
+// errors are retried within ctx; ctx ending is kshare.ErrAbortable,
+// anything else kshare.ErrUsage (the ledger cannot be read as configured).
 func (r *Resolver) CatchUp(ctx context.Context, parts []int32) error {
 	const op = "read claim ledger"
 	if len(parts) == 0 {
@@ -216,18 +223,69 @@ func (r *Resolver) CatchUp(ctx context.Context, parts []int32) error {
 	// under mu stays true until this call moves it.
 	r.catchMu.Lock()
 	defer r.catchMu.Unlock()
-	marks, err := retry.Do(ctx, func(ctx context.Context) (map[int32]int64, error) {
-		return r.highWatermarks(ctx, parts)
-	})
-	if err != nil {
-		return r.classify(op, ctx, err)
-	}
+	pending := make(map[int32]*catchUp, len(parts))
+	r.mu.Lock()
 	for _, p := range parts {
-		if err := r.readTo(ctx, p, marks[p]); err != nil {
-			return r.classify(op, ctx, err)
+		pr := r.parts[p]
+		if pr == nil {
+			pr = &partReader{}
+			r.parts[p] = pr
 		}
+		pending[p] = &catchUp{pr: pr, next: pr.next, mark: -1}
+	}
+	r.mu.Unlock()
+	bo := retry.WithContext(ctx)
+	wait := int32(0)
+	failures := 0
+	for len(pending) > 0 {
+		moved, err := r.fetchRound(ctx, pending, wait)
+		for p, st := range pending {
+			if st.mark >= 0 && st.next >= st.mark {
+				delete(pending, p)
+			}
+		}
+		if err != nil {
+			d := bo.NextBackOff()
+			var ke *kerr.Error
+			if d < 0 || ctx.Err() != nil || (errors.As(err, &ke) && !ke.Retriable && ke != kerr.NotLeaderForPartition && ke != kerr.UnknownTopicOrPartition) {
+				return r.classify(op, ctx, err)
+			}
+			failures++
+			lvl := slog.LevelDebug
+			if failures == 5 {
+				lvl = slog.LevelWarn // it is not passing
+			}
+			r.logger.Log(ctx, lvl, "ledger fetch failed; retrying", "partitions", len(pending), "failures", failures, "err", err)
+			if rerr := r.loadMetadata(ctx); rerr != nil {
+				r.logger.Debug("ledger metadata refresh failed", "err", rerr)
+			}
+			select {
+			case <-ctx.Done():
+				return r.classify(op, ctx, ctx.Err())
+			case <-time.After(d):
+			}
+			continue
+		}
+		if moved {
+			bo.Reset()
+			wait, failures = 0, 0
+			continue
+		}
+		// An open transaction holds the last stable offset below the
+		// mark: wait at the leader for it to end.
+		if wait == 0 {
+			r.logger.Debug("ledger read waits for an open transaction", "partitions", len(pending))
+		}
+		wait = int32(catchUpWait / time.Millisecond)
 	}
 	return nil
+}
+
+// catchUp is one partition's progress in a CatchUp call.
+type catchUp struct {
+	pr   *partReader
+	next int64 // the position
+	mark int64 // the high watermark to pass; -1 until an answer gave it
 }
 
 // classify gives a CatchUp failure its class.
@@ -238,116 +296,133 @@ func (r *Resolver) classify(op string, ctx context.Context, err error) error {
 	return errs.Usage(op, fmt.Errorf("ledger topic %q: %w", r.topic, err))
 }
 
-// highWatermarks lists the latest offsets of parts.
-func (r *Resolver) highWatermarks(ctx context.Context, parts []int32) (map[int32]int64, error) {
-	ends, err := r.adm.ListEndOffsets(ctx, r.topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int32]int64, len(parts))
-	for _, p := range parts {
-		o, ok := ends.Lookup(r.topic, p)
+// fetchRound sends one Fetch to the leader of each partition of pending,
+// in parallel, and applies the answers: it reports whether a position
+// moved or a mark was learned, and the first failure (the other answers
+// are applied all the same).
+func (r *Resolver) fetchRound(ctx context.Context, pending map[int32]*catchUp, waitMillis int32) (bool, error) {
+	byLeader := make(map[int32][]int32)
+	r.mu.Lock()
+	for p := range pending {
+		leader, ok := r.leaders[p]
 		if !ok {
-			return nil, fmt.Errorf("no end offset of partition %d", p)
+			r.mu.Unlock()
+			return false, fmt.Errorf("partition %d: no leader known: %w", p, kerr.LeaderNotAvailable)
 		}
-		if o.Err != nil {
-			return nil, fmt.Errorf("end offset of partition %d: %w", p, o.Err)
-		}
-		out[p] = o.Offset
+		byLeader[leader] = append(byLeader[leader], p)
 	}
-	return out, nil
-}
-
-// readTo reads ledger partition p read_committed until its position
-// reaches mark; catchMu is held.
-func (r *Resolver) readTo(ctx context.Context, p int32, mark int64) error {
-	r.mu.Lock()
-	pr := r.parts[p]
-	if pr == nil {
-		pr = &partReader{}
-		r.parts[p] = pr
-	}
-	next := pr.next
 	r.mu.Unlock()
-	bo := retry.WithContext(ctx)
-	wait := int32(0)
-	failures := 0
-	for next < mark {
-		moved, err := r.fetch(ctx, p, pr, next, wait)
-		switch {
-		case err != nil:
-			d := bo.NextBackOff()
-			var ke *kerr.Error
-			if d < 0 || ctx.Err() != nil || (errors.As(err, &ke) && !ke.Retriable && ke != kerr.NotLeaderForPartition && ke != kerr.UnknownTopicOrPartition) {
-				return fmt.Errorf("partition %d at offset %d: %w", p, next, err)
-			}
-			failures++
-			lvl := slog.LevelDebug
-			if failures == 5 {
-				lvl = slog.LevelWarn // it is not passing
-			}
-			r.logger.Log(ctx, lvl, "ledger fetch failed; retrying", "partition", p, "offset", next, "mark", mark, "failures", failures, "err", err)
-			if rerr := r.loadMetadata(ctx); rerr != nil {
-				r.logger.Debug("ledger metadata refresh failed", "err", rerr)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("partition %d at offset %d: %w", p, next, ctx.Err())
-			case <-time.After(d):
-			}
-		case moved > next:
-			next = moved
-			bo.Reset()
-			wait, failures = 0, 0
-		default:
-			// An open transaction holds the last stable offset below the
-			// mark: wait at the leader for it to end.
-			if wait == 0 {
-				r.logger.Debug("ledger read waits for an open transaction", "partition", p, "at", next, "mark", mark)
-			}
-			wait = int32(catchUpWait / time.Millisecond)
+	type answer struct {
+		moved bool
+		err   error
+	}
+	answers := make(chan answer, len(byLeader))
+	for leader, ps := range byLeader {
+		go func() {
+			moved, err := r.fetch(ctx, leader, ps, pending, waitMillis)
+			answers <- answer{moved, err}
+		}()
+	}
+	moved := false
+	var first error
+	for range byLeader {
+		a := <-answers
+		moved = moved || a.moved
+		if first == nil {
+			first = a.err
 		}
 	}
-	return nil
+	return moved, first
 }
 
-// fetch sends one read_committed Fetch of p from offset from (pr's
-// position; catchMu is held) and indexes the committed claims it returns.
-// It returns pr's position after it: past from if it moved.
-func (r *Resolver) fetch(ctx context.Context, p int32, pr *partReader, from int64, waitMillis int32) (int64, error) {
+// fetch sends one read_committed Fetch of partitions ps, each from its
+// position in pending, to leader, and indexes the committed claims it
+// returns (catchMu is held; each partition of pending is only this call's
+// to touch). It reports whether a position moved or a mark was learned.
+func (r *Resolver) fetch(ctx context.Context, leader int32, ps []int32, pending map[int32]*catchUp, waitMillis int32) (bool, error) {
 	r.mu.Lock()
-	leader, ok := r.leaders[p]
 	id := r.id
 	r.mu.Unlock()
-	if !ok {
-		return from, fmt.Errorf("no leader known: %w", kerr.LeaderNotAvailable)
-	}
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = waitMillis
 	req.MinBytes = 1
 	req.MaxBytes = 8 << 20
 	req.IsolationLevel = 1
-	req.SessionEpoch = -1 // no fetch session: every fetch names its partition
+	req.SessionEpoch = -1 // no fetch session: every fetch names its partitions
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic, rt.TopicID = r.topic, id
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, from, 4<<20
-	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
-	rt.Partitions = append(rt.Partitions, rp)
+	sts := make(map[int32]*catchUp, len(ps))
+	for _, p := range ps {
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, pending[p].next, 4<<20
+		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		sts[p] = pending[p]
+	}
 	req.Topics = append(req.Topics, rt)
+	var unmarked []int32
+	for _, p := range ps {
+		if pending[p].mark < 0 {
+			unmarked = append(unmarked, p)
+		}
+	}
+	type listed struct {
+		marks map[int32]int64
+		err   error
+	}
+	var ends chan listed
+	if len(unmarked) > 0 {
+		ends = make(chan listed, 1)
+		go func() {
+			marks, err := r.listEnds(ctx, leader, unmarked)
+			ends <- listed{marks, err}
+		}()
+	}
 	kresp, err := r.cl.Broker(int(leader)).Request(ctx, req)
+	moved := false
+	var first error
+	if ends != nil {
+		l := <-ends
+		for p, mark := range l.marks {
+			pending[p].mark = mark
+			moved = true
+		}
+		first = l.err
+	}
 	if err != nil {
-		return from, err
+		return moved, err
 	}
 	resp := kresp.(*kmsg.FetchResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return from, err
+		return moved, err
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return from, errors.New("fetch answer without the partition")
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			part := &resp.Topics[i].Partitions[j]
+			st := sts[part.Partition]
+			if st == nil {
+				continue // not asked for, or answered twice
+			}
+			delete(sts, part.Partition)
+			m, err := r.absorb(ctx, part, st)
+			moved = moved || m
+			if err != nil && first == nil {
+				first = fmt.Errorf("partition %d at offset %d: %w", part.Partition, st.next, err)
+			}
+		}
 	}
-	part := &resp.Topics[0].Partitions[0]
+	if len(sts) > 0 && first == nil {
+		first = fmt.Errorf("fetch answer without %d of its partitions", len(sts))
+	}
+	return moved, first
+}
+
+// absorb applies one partition's fetch answer to st: it learns the mark
+// from the first answer without an error, indexes the committed claims and
+// moves the position past them.
+func (r *Resolver) absorb(ctx context.Context, part *kmsg.FetchResponseTopicPartition, st *catchUp) (bool, error) {
+	p, pr, from := part.Partition, st.pr, st.next
 	if part.ErrorCode == kerr.OffsetOutOfRange.Code {
 		// Another reader of the group truncated the ledger past this
 		// reader's position, which it does only below claims no record
@@ -357,11 +432,11 @@ func (r *Resolver) fetch(ctx context.Context, p int32, pr *partReader, from int6
 		if start <= from {
 			starts, err := r.adm.ListStartOffsets(ctx, r.topic)
 			if err != nil {
-				return from, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %w", err)
+				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %w", err)
 			}
 			o, ok := starts.Lookup(r.topic, p)
 			if !ok || o.Err != nil {
-				return from, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %v", o.Err)
+				return false, fmt.Errorf("log start offset after OFFSET_OUT_OF_RANGE: %v", o.Err)
 			}
 			start = o.Offset
 		}
@@ -370,17 +445,18 @@ func (r *Resolver) fetch(ctx context.Context, p int32, pr *partReader, from int6
 			r.mu.Lock()
 			pr.next = start
 			r.mu.Unlock()
-			return start, nil
+			st.next = start
+			return true, nil
 		}
 	}
 	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
-		return from, err
+		return false, err
 	}
 	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 		Offset: from, IsolationLevel: kgo.ReadCommitted(), Topic: r.topic, Partition: p,
 	}, part, r.decomp, nil)
 	if fp.Err != nil {
-		return from, fp.Err
+		return false, fp.Err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -410,7 +486,47 @@ func (r *Resolver) fetch(ctx context.Context, p int32, pr *partReader, from int6
 	if next > pr.next {
 		pr.next = next
 	}
-	return pr.next, nil
+	moved := pr.next > st.next
+	st.next = pr.next
+	return moved, nil
+}
+
+// listEnds asks leader for the high watermarks of ledger partitions ps
+// (ListOffsets, latest, read_uncommitted) and returns those it answered;
+// the error is the first partition's failure.
+func (r *Resolver) listEnds(ctx context.Context, leader int32, ps []int32) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = r.topic
+	for _, p := range ps {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = p, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	kresp, err := r.cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp := kresp.(*kmsg.ListOffsetsResponse)
+	marks := make(map[int32]int64, len(ps))
+	var first error
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				if first == nil {
+					first = fmt.Errorf("end offset of partition %d: %w", p.Partition, err)
+				}
+				continue
+			}
+			marks[p.Partition] = p.Offset
+		}
+	}
+	if first == nil && len(marks) < len(ps) {
+		first = fmt.Errorf("end offsets answered for %d of %d partitions", len(marks), len(ps))
+	}
+	return marks, first
 }
 
 // Lookup returns the type of the committed claim, among those CatchUp has
@@ -426,6 +542,28 @@ func (r *Resolver) Lookup(in Input, off int64) (int8, bool) {
 		return 0, false
 	}
 	return pr.index.Lookup(in, off)
+}
+
+// LookupEach calls covered for each offsets[i] of in that a committed
+// claim among those CatchUp has read covers, with the claim's type: one
+// lock and one ledger-partition hash for a Poll's records of an input
+// partition, where Lookup would take them per record.
+func (r *Resolver) LookupEach(in Input, offsets []int64, covered func(i int, typ int8)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nparts == 0 || len(offsets) == 0 {
+		return
+	}
+	pr := r.parts[in.LedgerPartition(r.nparts)]
+	if pr == nil {
+		return
+	}
+	es := pr.index.inputs[in]
+	for i, off := range offsets {
+		if typ, ok := lookupEntries(es, off); ok {
+			covered(i, typ)
+		}
+	}
 }
 
 // Prune forgets the claims of in below start, its share-partition start
