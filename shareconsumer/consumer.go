@@ -72,6 +72,10 @@ type Consumer struct {
 	// txnTimers give back the records of staged acknowledgements whose
 	// transaction times out before it is resolved (tracker.expire).
 	txnTimers map[*acktrack.Set]*time.Timer
+	// ledgerOpen holds the staged acknowledgements of ledger transactions
+	// that have not ended: while one is open, its claims hold the
+	// ledger's reads back, so no lookup starts ahead of a Poll.
+	ledgerOpen map[*acktrack.Set]bool
 	// reachCheck reports a cluster that the consumer never reached
 	// (checkReached).
 	reachCheck *time.Timer
@@ -387,6 +391,11 @@ func (c *Consumer) Poll(ctx context.Context) ([]*kgo.Record, error) {
 						return nil, err
 					}
 					if len(kept) > 0 {
+						// Sessions woken by this Poll see that none waits:
+						// they fetch ahead without long-polling, which
+						// would hold up the RENEWs of the application's
+						// commit behind a fetch waiting at its leader.
+						c.polling = false
 						c.startEagerRoundLocked()
 						c.mu.Unlock()
 						return kept, nil

@@ -203,6 +203,12 @@ func (t *tracker) Stage(acks *acktrack.Set, st acktrack.Staging) error {
 	if !st.Deadline.IsZero() && c.txnTimers[acks] == nil {
 		c.txnTimers[acks] = time.AfterFunc(time.Until(st.Deadline), func() { t.expire(acks) })
 	}
+	if st.Ledger != "" {
+		if c.ledgerOpen == nil {
+			c.ledgerOpen = make(map[*acktrack.Set]bool)
+		}
+		c.ledgerOpen[acks] = true
+	}
 	for _, s := range sooner {
 		s.poke() // its next renewal is sooner than it waits for
 	}
@@ -259,6 +265,12 @@ var errTxnEnded = errors.New("the transaction ended")
 
 // resolveLocked is Resolve with c.mu held.
 func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
+	if c.ledgerOpen[acks] {
+		delete(c.ledgerOpen, acks)
+		// Its claims no longer hold the ledger back: records that
+		// arrived meanwhile are looked up now.
+		defer c.startEagerRoundLocked()
+	}
 	now := time.Now()
 	release := make(map[*acquisition]map[int]struct{})
 	// A ledger transaction's acknowledgements are the consumer's to send
