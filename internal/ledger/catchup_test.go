@@ -14,19 +14,26 @@ import (
 	"github.com/kshare-go/kshare/internal/testkit/bundled"
 )
 
+// ledgerWithWriter is a bundled cluster of nodes nodes without KIP-1289,
+// a resolver of ledger "claims" (group "g") that created it with
+// partitions partitions, and a transactional client that writes to it.
+func ledgerWithWriter(t *testing.T, nodes int, partitions int32) (*broker.Cluster, *ledger.Resolver, int32, *kgo.Client) {
+	t.Helper()
+	c := bundled.Cluster(t, broker.Nodes(nodes), broker.ShareTxnAPIs(false))
+	r := ledger.NewResolver(testkit.Client(t, c.Bootstrap()), "claims", "g", testkit.Logger())
+	n, err := r.Ensure(testkit.Context(t), true, partitions)
+	require.NoError(t, err)
+	w := testkit.Client(t, c.Bootstrap(), kgo.TransactionalID("w"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	return c, r, n, w
+}
+
 // One CatchUp of ledger partitions led by several nodes reads each
 // partition's claims with one Fetch and one ListOffsets per leader, not a
 // round trip per partition: what a Poll of records from many input
 // partitions costs.
 func TestCatchUpOneRoundTripPerLeader(t *testing.T) {
-	c := bundled.Cluster(t, broker.Nodes(3), broker.ShareTxnAPIs(false))
+	c, r, n, w := ledgerWithWriter(t, 3, 8)
 	ctx := testkit.Context(t)
-	cl := testkit.Client(t, c.Bootstrap())
-	r := ledger.NewResolver(cl, "claims", "g", testkit.Logger())
-	n, err := r.Ensure(ctx, true, 8)
-	require.NoError(t, err)
-
-	w := testkit.Client(t, c.Bootstrap(), kgo.TransactionalID("w"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	var recs []*kgo.Record
 	var inputs []ledger.Input
 	parts := make(map[int32]bool)
@@ -69,13 +76,8 @@ func TestCatchUpOneRoundTripPerLeader(t *testing.T) {
 // reader fetches on until it passes it. A reader that took the Fetch's
 // high watermark as its mark would stop short and miss the claim.
 func TestCatchUpMarkIsNotAFetchHighWatermark(t *testing.T) {
-	c := bundled.Cluster(t, broker.ShareTxnAPIs(false))
+	c, r, n, w := ledgerWithWriter(t, 1, 1)
 	ctx := testkit.Context(t)
-	cl := testkit.Client(t, c.Bootstrap())
-	r := ledger.NewResolver(cl, "claims", "g", testkit.Logger())
-	n, err := r.Ensure(ctx, true, 1)
-	require.NoError(t, err)
-	w := testkit.Client(t, c.Bootstrap(), kgo.TransactionalID("w"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	in := ledger.Input{Group: "g", TopicID: inputID, Partition: 0}
 	writeInTxn(ctx, t, w, true, claimRecord(t, "claims", n, ledger.Claim{Group: "g", TopicID: inputID, Partition: 0, TransactionalID: "w",
 		Ranges: []ledger.Range{{First: 0, Last: 4, Type: ledger.TypeReject}}}))
