@@ -85,6 +85,9 @@ type Consumer struct {
 	// polls (session.nextLocked).
 	polling  bool
 	lastPoll time.Time
+	// inPoll is set from a Poll's start to its return, waits for a
+	// ledger round included (polling is not set during those).
+	inPoll bool
 	// pollGen counts the Polls; a session fetches ahead once per Poll.
 	pollGen uint64
 	// releasedSincePoll is set when the consumer gives records back
@@ -501,6 +504,7 @@ func (c *Consumer) checkReached() {
 // hold back their next fetch until the application polls (a broker
 // without RENEW, or no Poll for MaxPollInterval) fetch now.
 func (c *Consumer) startPollingLocked() {
+	c.inPoll = true
 	c.lastPoll = time.Now()
 	c.pollGen++
 	c.releasedSincePoll = false
@@ -519,7 +523,7 @@ func (c *Consumer) startPollingLocked() {
 // it got.
 func (c *Consumer) stopPolling() {
 	c.mu.Lock()
-	c.polling = false
+	c.polling, c.inPoll = false, false
 	c.lastPoll = time.Now()
 	c.mu.Unlock()
 }
@@ -854,7 +858,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	<-c.startCheck.done
 	c.cl.Close()
 	if round != nil {
-		<-round.done
+		<-round.exited
 	}
 	if c.ledgerCl != nil {
 		c.ledgerCl.Close()

@@ -95,6 +95,7 @@ var ledgerRoundTimeout = 2 * time.Minute
 type ledgerRound struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when kept and err are set
+	exited chan struct{} // closed when its goroutine returns
 	kept   []*kgo.Record
 	err    error
 }
@@ -105,13 +106,14 @@ type ledgerRound struct {
 // then overlaps the application's work on what the last Poll returned,
 // and the next Poll takes its outcome instead of waiting for all of it.
 // The records are held no longer than fetched-ahead records are (renewed
-// until a Poll takes them, released once the application stops polling),
-// and no more are fetched: a session fetches ahead once per Poll. An
+// until a Poll takes them, given back once the application stops polling:
+// releaseIdleRoundLocked), and at most one MaxPollRecords batch more is
+// fetched: a session fetches ahead once per Poll. An
 // application slower than MaxPollInterval gets no eager rounds (its Polls
 // fetch from one leader at a time and hold nothing back). Nor does one
 // with a ledger transaction of this consumer's records open: its claims,
-// written after the lookup's mark was taken or not, would hold the read
-// back until the application commits, and the lookup's fetches, waiting
+// staged before the lookup's mark is taken, would hold the read back
+// until the application commits, and the lookup's fetches, waiting
 // at the leaders, would only load them while the application's flush
 // waits for its replicas (Kafka 4.4, two nodes: commit p50 8.8 ms with
 // this rule, 17-23 ms without). Its end starts the lookup (resolveLocked).
@@ -128,16 +130,55 @@ func (c *Consumer) startEagerRoundLocked() {
 	}
 }
 
+// releaseIdleRoundLocked gives back the records a finished ledger round
+// kept for an application that stopped polling (MaxPollInterval), as the
+// sessions give back what they fetched ahead: a round started ahead of
+// the Polls would otherwise hold them until their locks ran out, a
+// delivery each all the same, and the consumer would never learn that
+// the application is slow. A round still running, or one a Poll waits
+// for, is left alone; so is a failed one (its records went back, and the
+// next Poll reports its error).
+func (c *Consumer) releaseIdleRoundLocked() {
+	r := c.round
+	if r == nil || c.inPoll || c.closing || !c.idleLocked(time.Now()) {
+		return
+	}
+	select {
+	case <-r.done:
+	default:
+		return
+	}
+	if r.err != nil {
+		return
+	}
+	c.round = nil
+	types := make(map[*kgo.Record]wire.AckType, len(r.kept))
+	for _, rec := range r.kept {
+		types[rec] = wire.AckRelease
+	}
+	n := c.settleResolvingLocked(types)
+	c.metrics.ReleasedUnseen += int64(n)
+	c.releasedSincePoll = c.releasedSincePoll || n > 0
+	c.noteSlowLocked(-1, n)
+}
+
 // startRoundLocked starts the ledger round of recs, which Poll just took.
 func (c *Consumer) startRoundLocked(recs []*kgo.Record) {
 	ctx, cancel := context.WithTimeoutCause(c.bgCtx, ledgerRoundTimeout,
 		fmt.Errorf("the claim ledger was not read within %v", ledgerRoundTimeout))
-	r := &ledgerRound{cancel: cancel, done: make(chan struct{})}
+	r := &ledgerRound{cancel: cancel, done: make(chan struct{}), exited: make(chan struct{})}
 	c.round = r
 	go func() {
-		defer close(r.done)
-		defer cancel()
-		r.kept, r.err = c.resolveFromLedger(ctx, recs)
+		defer close(r.exited)
+		kept, err := c.resolveFromLedger(ctx, recs)
+		cancel()
+		r.kept, r.err = kept, err
+		close(r.done)
+		// An application that stopped polling while the lookup ran
+		// does not get its records held until their locks run out.
+		c.mu.Lock()
+		c.releaseIdleRoundLocked()
+		c.mu.Unlock()
 	}()
 }
 

@@ -170,3 +170,48 @@ func TestLedgerLookupAheadOfAnIdleApplicationLetsGo(t *testing.T) {
 	c2 := e.ledgerConsumer()
 	pollRecords(e.ctx, t, c2, inputs)
 }
+
+// An offset acknowledged twice in one ledger transaction (ShareAcks.Merge
+// of an override) is settled by its last type, as its claim says: ACCEPT
+// then RELEASE commits no claim and gives the record back, and it is
+// delivered again; ACCEPT then REJECT claims REJECT.
+func TestLedgerRepeatedOffsetTakesItsLastType(t *testing.T) {
+	const inputs = 2
+	e := newEnv(t, broker.ShareTxnAPIs(false))
+	e.createTopic("in", 1)
+	e.createTopic("out", 1)
+	e.groupConfig("g")
+	e.produce("in", 1, values("v", inputs)...)
+	c := e.ledgerConsumer()
+	p := e.ledgerProducer("w")
+	recs := pollRecords(e.ctx, t, c, inputs)
+	released, rejected := recs[:1], recs[1:]
+	acks := c.Acks(recs, kshare.AckAccept).Merge(c.Acks(released, kshare.AckRelease)).Merge(c.Acks(rejected, kshare.AckReject))
+	require.NoError(t, p.BeginTransaction())
+	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, acks, c.GroupMetadata()), "an override is documented use of Merge")
+	require.NoError(t, p.CommitTransaction(e.ctx))
+	again := pollRecords(e.ctx, t, c, 1)
+	require.Equal(t, string(released[0].Value), string(again[0].Value), "the released record comes back")
+	n, _ := c.DeliveryCount(again[0])
+	require.EqualValues(t, 2, n)
+}
+
+// A lookup that finished ahead of an application which then stops polling
+// for MaxPollInterval gives its records back (ReleasedUnseen), as records
+// fetched ahead are, rather than holding them until their locks run out.
+func TestLedgerIdleApplicationReleasesAFinishedLookup(t *testing.T) {
+	e := newEnv(t, broker.ShareTxnAPIs(false), broker.ShareLockDuration(5*time.Second))
+	e.createTopic("in", 1)
+	e.createTopic("out", 1)
+	e.groupConfig("g")
+	e.produce("in", 1, values("v", 20)...)
+	c := e.ledgerConsumer(shareconsumer.MaxPollRecords(5), shareconsumer.MaxPollInterval(300*time.Millisecond))
+	p := e.ledgerProducer("w")
+	recs, err := c.Poll(e.ctx)
+	require.NoError(t, err)
+	require.NoError(t, process(e.ctx, t, p, c, recs))
+	e.eventually("the finished lookup's records are given back", func() bool { return c.Metrics().ReleasedUnseen > 0 })
+	m := c.Metrics()
+	require.Zero(t, m.ExpiredUnseen, "records held until their locks ran out")
+	require.EqualValues(t, 5, m.ReleasedUnseen, "one MaxPollRecords batch was looked up ahead")
+}

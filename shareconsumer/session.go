@@ -252,6 +252,9 @@ func (s *session) nextLocked(now time.Time) step {
 	if idle && s.buffered != nil {
 		s.releaseIdleLocked()
 	}
+	if idle {
+		c.releaseIdleRoundLocked()
+	}
 	// A ShareFetch fetches every partition of the session, so none goes
 	// out while a fetch is still buffered; leaving partitions waits too.
 	// While a Poll waits, the session long-polls its leader. Otherwise it
@@ -287,9 +290,10 @@ func (s *session) nextLocked(now time.Time) step {
 		return s.ackStepLocked(now, s.epoch)
 	}
 	until := nextDue
-	if s.buffered != nil && !c.polling && !c.lastPoll.IsZero() {
-		// What it fetched ahead goes back if no Poll comes by then.
-		if at := c.lastPoll.Add(c.cfg.maxPollInterval); until.IsZero() || at.Before(until) {
+	if (s.buffered != nil || c.round != nil) && !c.polling && !c.lastPoll.IsZero() {
+		// What it fetched ahead, or a round looked up, goes back if no
+		// Poll comes by then.
+		if at := c.lastPoll.Add(c.cfg.maxPollInterval); at.After(now) && (until.IsZero() || at.Before(until)) {
 			until = at
 		}
 	}
@@ -320,6 +324,21 @@ func (s *session) aheadWindowLocked(now time.Time) bool {
 // it is used holds no records from the group.
 func (c *Consumer) idleLocked(now time.Time) bool {
 	return !c.polling && (c.lastPoll.IsZero() || now.Sub(c.lastPoll) >= c.cfg.maxPollInterval)
+}
+
+// noteSlowLocked notes that n records fetched ahead (of node's session, or
+// -1 for a ledger round's) were released for an application that stopped
+// polling: each release costs the records a delivery (the leader counted
+// it when it handed them out), and an application that keeps polling this
+// slowly must not pay it again and again, so from now on the consumer
+// fetches only while a Poll waits.
+func (c *Consumer) noteSlowLocked(node int32, n int) {
+	if n == 0 || c.slow {
+		return
+	}
+	c.slow = true
+	c.logger.Warn("no Poll for the max poll interval: the records fetched ahead of the application are released (each release counts towards their delivery limit); from now on the consumer fetches only while a Poll waits, from one leader at a time",
+		"node", node, "records", n, "max_poll_interval", c.cfg.maxPollInterval)
 }
 
 // releaseIdleLocked gives back the records the session fetched ahead for
@@ -358,14 +377,7 @@ func (s *session) releaseIdleLocked() {
 	s.buffered = nil
 	c.metrics.ReleasedUnseen += int64(n)
 	c.queueLocked(js)
-	if n > 0 && !c.slow {
-		// Each release costs the records a delivery (the leader counted
-		// it when it handed them out); an application that keeps polling
-		// this slowly must not pay it again and again.
-		c.slow = true
-		c.logger.Warn("no Poll for the max poll interval: the records fetched ahead of the application are released (each release counts towards their delivery limit); from now on the consumer fetches only while a Poll waits, from one leader at a time",
-			"node", s.node, "records", n, "max_poll_interval", c.cfg.maxPollInterval)
-	}
+	c.noteSlowLocked(s.node, n)
 }
 
 // fetcherLocked returns the session whose turn it is to fetch for a

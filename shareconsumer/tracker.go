@@ -301,7 +301,11 @@ func (c *Consumer) resolveLocked(acks *acktrack.Set, committed bool) {
 				}
 			}
 		}
-		for _, rec := range recs {
+		// From the last: an offset listed again (ShareAcks.Merge of an
+		// override) is settled by its last type, as its claim says
+		// (ledger.RangesOf); its earlier entries find it settled.
+		for i := len(recs) - 1; i >= 0; i-- {
+			rec := recs[i]
 			a, idx, ok := f.find(rec.Offset)
 			sr := stagedOf(a, idx, ok)
 			if sr == nil || sr.unit != acks {

@@ -181,12 +181,7 @@ func Decode(value []byte) (Claim, error) {
 // types other than accept and reject left out (they are not claimed),
 // runs of consecutive offsets of one type merged.
 func RangesOf(offsets []int64, types []int8) []Range {
-	if slices.IsSortedFunc(offsets, func(a, b int64) int {
-		if a >= b {
-			return 1 // equal offsets are not strictly ascending either
-		}
-		return -1
-	}) {
+	if strictlyAscending(offsets) {
 		// One type per offset already, in order: no map, no sort.
 		var out []Range
 		for i, o := range offsets {
@@ -210,6 +205,17 @@ func RangesOf(offsets []int64, types []int8) []Range {
 		out = appendClaimed(out, o, last[o])
 	}
 	return out
+}
+
+// strictlyAscending reports whether every offset is above the one before:
+// no offset repeats, so none has a later type that replaces its first.
+func strictlyAscending(offsets []int64) bool {
+	for i := 1; i < len(offsets); i++ {
+		if offsets[i] <= offsets[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // appendClaimed adds offset o of type t to the ranges out, whose last

@@ -54,6 +54,11 @@ func TestRangesOf(t *testing.T) {
 	got = RangesOf([]int64{1, 2, 3, 5, 7, 8, 9, 10}, []int8{1, 1, 1, 1, 2, 3, 3, 1})
 	require.Equal(t, []Range{{1, 3, TypeAccept}, {5, 5, TypeAccept}, {8, 9, TypeReject}, {10, 10, TypeAccept}}, got)
 	require.Empty(t, RangesOf([]int64{4, 5}, []int8{2, 2}), "releases are not claimed")
+	// A repeated offset, even next to itself (ShareAcks.Merge of an
+	// override), takes its last type and one range.
+	require.Equal(t, []Range{{1, 2, TypeAccept}}, RangesOf([]int64{1, 2, 2}, []int8{1, 1, 1}))
+	require.Equal(t, []Range{{1, 1, TypeAccept}}, RangesOf([]int64{1, 2, 2}, []int8{1, 1, 2}), "a RELEASE last leaves the offset unclaimed")
+	require.Equal(t, []Range{{1, 1, TypeAccept}, {2, 2, TypeReject}}, RangesOf([]int64{1, 2, 2}, []int8{1, 1, 3}))
 }
 
 // The index answers per offset, keeps the first claim on overlaps, and

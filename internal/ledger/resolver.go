@@ -398,6 +398,9 @@ func (r *Resolver) fetch(ctx context.Context, leader int32, ps []int32, pending 
 		return moved, err
 	}
 	for i := range resp.Topics {
+		if t := &resp.Topics[i]; t.Topic != r.topic && t.TopicID != id {
+			continue // not asked for
+		}
 		for j := range resp.Topics[i].Partitions {
 			part := &resp.Topics[i].Partitions[j]
 			st := sts[part.Partition]
@@ -510,10 +513,21 @@ func (r *Resolver) listEnds(ctx context.Context, leader int32, ps []int32) (map[
 		return nil, err
 	}
 	resp := kresp.(*kmsg.ListOffsetsResponse)
+	asked := make(map[int32]bool, len(ps))
+	for _, p := range ps {
+		asked[p] = true
+	}
 	marks := make(map[int32]int64, len(ps))
 	var first error
 	for _, t := range resp.Topics {
+		if t.Topic != r.topic {
+			continue // not asked for
+		}
 		for _, p := range t.Partitions {
+			if !asked[p.Partition] {
+				continue // not asked for, or answered twice
+			}
+			delete(asked, p.Partition)
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 				if first == nil {
 					first = fmt.Errorf("end offset of partition %d: %w", p.Partition, err)
