@@ -140,7 +140,7 @@ func (c *Consumer) startEagerRoundLocked() {
 // next Poll reports its error).
 func (c *Consumer) releaseIdleRoundLocked() {
 	r := c.round
-	if r == nil || c.inPoll || c.closing || !c.idleLocked(time.Now()) {
+	if r == nil || c.closing || !c.idleLocked(time.Now()) {
 		return
 	}
 	select {

@@ -215,3 +215,35 @@ func TestLedgerIdleApplicationReleasesAFinishedLookup(t *testing.T) {
 	require.Zero(t, m.ExpiredUnseen, "records held until their locks ran out")
 	require.EqualValues(t, 5, m.ReleasedUnseen, "one MaxPollRecords batch was looked up ahead")
 }
+
+// A Poll that waits for a ledger lookup longer than MaxPollInterval (an
+// open transaction holds the ledger back) is a Poll that waits: the
+// records' locks stay renewed past several lock durations, none runs out,
+// and the Poll returns each record on its first delivery.
+func TestLedgerPollWaitingPastMaxPollIntervalKeepsTheLocks(t *testing.T) {
+	const inputs = 6
+	e := txnEnv(t, inputs, broker.ShareTxnAPIs(false), broker.ShareLockDuration(time.Second))
+	abort := e.holdLedger()
+	c := e.ledgerConsumer(shareconsumer.MaxPollInterval(200 * time.Millisecond))
+	type polled struct {
+		recs []*kgo.Record
+		err  error
+	}
+	done := make(chan polled, 1)
+	go func() {
+		recs, err := c.Poll(e.ctx)
+		done <- polled{recs, err}
+	}()
+	e.eventually("the waiting round's locks renewed past several lock durations", func() bool {
+		return c.Metrics().LocksRenewed >= 3*inputs
+	})
+	abort()
+	got := <-done
+	require.NoError(t, got.err)
+	for _, r := range got.recs {
+		n, ok := c.DeliveryCount(r)
+		require.True(t, ok)
+		require.EqualValues(t, 1, n)
+	}
+	require.Zero(t, c.Metrics().ExpiredUnseen)
+}

@@ -321,9 +321,11 @@ func (s *session) aheadWindowLocked(now time.Time) bool {
 // polled yet, or not for MaxPollInterval: records fetched ahead of it go
 // back to the group, and no more are fetched until it polls. A consumer
 // fetches nothing before its first Poll, so that one created long before
-// it is used holds no records from the group.
+// it is used holds no records from the group. A Poll waiting for a ledger
+// round is a Poll that waits (it only stops the sessions' long polls):
+// the round's records stay renewed however long the lookup takes.
 func (c *Consumer) idleLocked(now time.Time) bool {
-	return !c.polling && (c.lastPoll.IsZero() || now.Sub(c.lastPoll) >= c.cfg.maxPollInterval)
+	return !c.polling && !c.inPoll && (c.lastPoll.IsZero() || now.Sub(c.lastPoll) >= c.cfg.maxPollInterval)
 }
 
 // noteSlowLocked notes that n records fetched ahead (of node's session, or
