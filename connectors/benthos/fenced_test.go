@@ -367,6 +367,14 @@ func testFenced(t *testing.T, maxInFlight int, atCommit, ownOutputs bool, fenced
 	openGate := func() { opened.Do(func() { close(open) }) }
 	t.Cleanup(openGate)
 	atGate := func() bool { return true }
+	// At commit, what the first instance holds when it is fenced is read
+	// in the hook that holds its EndTxn, once the second instance has
+	// initialized and before the EndTxn goes on: its answer, PRODUCER_FENCED,
+	// gives the records back at once, and a read after it finds none.
+	h := &held{}
+	var heldAtCommit map[string]heldRecord
+	var memberAtCommit string
+	snapped := make(chan struct{})
 	if atCommit {
 		openGate()
 		var commits atomic.Int64
@@ -383,11 +391,13 @@ func testFenced(t *testing.T, maxInFlight int, atCommit, ownOutputs bool, fenced
 			if end, ok := req.(*kmsg.EndTxnRequest); ok && end.Commit && end.TransactionalID == outTxn && commits.Add(1) == 1 {
 				close(holding)
 				<-open2(t, inits, inTxn, outTxn)
+				_, zl := h.gate()
+				heldAtCommit, memberAtCommit = zl.holds()
+				close(snapped)
 			}
 			return broker.FaultAction{}
 		}))
 	}
-	h := &held{}
 	zombieLogs := &syncBuffer{}
 	zombie := startLogged(t, gateEnv(t, open, h), zombieYAML, zombieLogs)
 	waitFor(t, 30*time.Second, "the first instance holds the lock window", func() bool {
@@ -408,8 +418,20 @@ func testFenced(t *testing.T, maxInFlight int, atCommit, ownOutputs bool, fenced
 		return inits.count(inTxn) >= 2 && (ownOutputs || inits.fencedAll(outTxn, maxInFlight))
 	})
 	_, zl := h.gate()
-	heldAtFence, member := zl.holds()
+	var heldAtFence map[string]heldRecord
+	var member string
+	if atCommit {
+		select {
+		case <-snapped:
+		case <-time.After(time.Minute):
+			t.Fatal("the first instance's EndTxn was not held until the second instance initialized")
+		}
+		heldAtFence, member = heldAtCommit, memberAtCommit
+	} else {
+		heldAtFence, member = zl.holds()
+	}
 	require.NotEmpty(t, member)
+	require.NotEmpty(t, heldAtFence, "the first instance holds records when it is fenced")
 	fromZombie.member.Store(&member)
 	earliest := time.Time{}
 	for _, hr := range heldAtFence {
