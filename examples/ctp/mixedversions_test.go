@@ -92,10 +92,10 @@ func TestMixedVersionClusterExactlyOnce(t *testing.T) {
 			}
 			// A violation needs a late copy to meet a transaction that
 			// then ends the other way; on a loaded machine a run can
-			// pass without one (CI once went four attempts without). Each
-			// attempt is a fresh cluster; the
-			// checker must see the violation in one of them, and only
-			// where the old node leads.
+			// pass without one (CI once went four attempts without).
+			// Each attempt is a fresh cluster; the checker must see the
+			// violation in one of them, and only where the old node
+			// leads.
 			const attempts = 8
 			var sum eos.Summary
 			var c *broker.Cluster
