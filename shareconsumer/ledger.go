@@ -152,14 +152,7 @@ func (c *Consumer) releaseIdleRoundLocked() {
 		return
 	}
 	c.round = nil
-	types := make(map[*kgo.Record]wire.AckType, len(r.kept))
-	for _, rec := range r.kept {
-		types[rec] = wire.AckRelease
-	}
-	n := c.settleResolvingLocked(types)
-	c.metrics.ReleasedUnseen += int64(n)
-	c.releasedSincePoll = c.releasedSincePoll || n > 0
-	c.noteSlowLocked(-1, n)
+	c.noteSlowLocked(-1, c.releaseResolvingLocked(r.kept))
 }
 
 // startRoundLocked starts the ledger round of recs, which Poll just took.
@@ -413,19 +406,27 @@ func (c *Consumer) settleResolvingLocked(types map[*kgo.Record]wire.AckType) int
 // releaseResolving gives back the records of a round that failed: the
 // application never saw them (Metrics().ReleasedUnseen).
 func (c *Consumer) releaseResolving(recs []*kgo.Record) {
-	types := make(map[*kgo.Record]wire.AckType, len(recs))
-	for _, r := range recs {
-		types[r] = wire.AckRelease
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
 		return // Close released them
 	}
-	if n := c.settleResolvingLocked(types); n > 0 {
+	c.releaseResolvingLocked(recs)
+}
+
+// releaseResolvingLocked gives back the records of recs that a ledger
+// round still holds, counted as ReleasedUnseen, and returns how many.
+func (c *Consumer) releaseResolvingLocked(recs []*kgo.Record) int {
+	types := make(map[*kgo.Record]wire.AckType, len(recs))
+	for _, r := range recs {
+		types[r] = wire.AckRelease
+	}
+	n := c.settleResolvingLocked(types)
+	if n > 0 {
 		c.metrics.ReleasedUnseen += int64(n)
 		c.releasedSincePoll = true
 	}
+	return n
 }
 
 // renewRecheck is how often a commit-time renewal checks that the records

@@ -353,20 +353,18 @@ func (r *Resolver) fetch(ctx context.Context, leader int32, ps []int32, pending 
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic, rt.TopicID = r.topic, id
 	sts := make(map[int32]*catchUp, len(ps))
+	var unmarked []int32
 	for _, p := range ps {
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, pending[p].next, 4<<20
 		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
 		rt.Partitions = append(rt.Partitions, rp)
 		sts[p] = pending[p]
-	}
-	req.Topics = append(req.Topics, rt)
-	var unmarked []int32
-	for _, p := range ps {
 		if pending[p].mark < 0 {
 			unmarked = append(unmarked, p)
 		}
 	}
+	req.Topics = append(req.Topics, rt)
 	type listed struct {
 		marks map[int32]int64
 		err   error
@@ -421,9 +419,9 @@ func (r *Resolver) fetch(ctx context.Context, leader int32, ps []int32, pending 
 	return moved, first
 }
 
-// absorb applies one partition's fetch answer to st: it learns the mark
-// from the first answer without an error, indexes the committed claims and
-// moves the position past them.
+// absorb applies one partition's fetch answer to st: it indexes the
+// committed claims and moves the position past them (the mark comes from
+// listEnds, never from this answer).
 func (r *Resolver) absorb(ctx context.Context, part *kmsg.FetchResponseTopicPartition, st *catchUp) (bool, error) {
 	p, pr, from := part.Partition, st.pr, st.next
 	if part.ErrorCode == kerr.OffsetOutOfRange.Code {
