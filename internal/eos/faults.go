@@ -3,6 +3,7 @@ package eos
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,12 +25,14 @@ type fault struct {
 func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerPool) {
 	stats := pool.stats
 	var faults []*fault
+	var early []*fault // requested before the first commit; taken after it
 	add := func(times int, fire func()) {
 		faults = append(faults, &fault{left: times, fire: func() bool { fire(); return true }})
 	}
 	max := cfg.Faults.MaxPerKind
 	if cfg.Faults.KillWorker {
 		add(max, func() { pool.kill.Store(true) })
+		early = append(early, faults[len(faults)-1])
 	}
 	if cfg.Faults.SlowWorker {
 		add(max, func() { pool.slow.Store(true) })
@@ -55,7 +58,9 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 		}
 		if cfg.Faults.PausePastLock {
 			add(max, func() { pool.pause[0].Store(true) }) // before the claims
+			early = append(early, faults[len(faults)-1])
 			add(max, func() { pool.pause[1].Store(true) }) // after them
+			early = append(early, faults[len(faults)-1])
 		}
 	}
 	if cfg.Faults.CoordinatorMoves {
@@ -75,15 +80,16 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	// does not (a cluster without KIP-1289 fails the first commit, and
 	// that must stop the run at once). The first round then fires at
 	// once, so that every fault lands while the pipeline runs, however
-	// fast it is. The first kill is requested before that: the first
-	// transaction to reach its commit after one committed takes it
-	// (instance.beforeCommit), so it does not depend on this loop seeing
-	// the commit before the pipeline has run its last transaction.
-	first := 0
-	if cfg.Faults.KillWorker && faults[0].left > 0 {
-		faults[0].left--
-		faults[0].fire() // a kill request always fires
-		first = 1
+	// fast it is. The first kill and the first pauses are requested
+	// before that: the first transaction to reach its commit (or its
+	// claims) after one committed takes them (instance.beforeCommit,
+	// instance.pauseAt), so they do not depend on this loop seeing the
+	// commit before the pipeline has run its last transaction.
+	for _, f := range early {
+		if f.left > 0 {
+			f.left--
+			f.fire() // these requests always fire
+		}
 	}
 	for stats.committed.Load() == 0 {
 		if !sleep(ctx, 10*time.Millisecond) {
@@ -92,8 +98,12 @@ func injectFaults(ctx context.Context, cfg Config, cl *kgo.Client, pool *workerP
 	}
 	ticker := time.NewTicker(cfg.Faults.Interval)
 	defer ticker.Stop()
-	for i := first; ; i++ {
-		if f := faults[i%len(faults)]; f.left > 0 && f.fire() {
+	for i := 0; ; i++ {
+		f := faults[i%len(faults)]
+		if i < len(faults) && slices.Contains(early, f) {
+			continue // its first turn was taken before the first commit
+		}
+		if f.left > 0 && f.fire() {
 			f.left--
 		}
 		select {

@@ -637,7 +637,9 @@ func (in *instance) pauseAt(ctx context.Context, afterClaims bool) {
 	if afterClaims {
 		at = 1
 	}
-	if !in.owns() || !p.pause[at].CompareAndSwap(true, false) {
+	// Taken only once the pipeline has committed a transaction, like the
+	// kill: injectFaults requests the first pause before that.
+	if !in.owns() || p.stats.committed.Load() == 0 || !p.pause[at].CompareAndSwap(true, false) {
 		return
 	}
 	cons := in.consumer()
