@@ -120,7 +120,11 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 				first = min(first, ar.FirstOffset)
 			}
 			c.noteFirstFetchLocked(tp, first)
-			s.acquireLocked(tp, t.TopicID, rp, decoded[tp], deadline, res, gaps)
+			epoch, ok := st.epochs[tp]
+			if !ok {
+				epoch = -1
+			}
+			s.acquireLocked(tp, t.TopicID, rp, decoded[tp], deadline, epoch, res, gaps)
 		}
 	}
 	// A partition that joined the session with this request and is not in
@@ -165,7 +169,7 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 // dropped; acquired offsets without a record (control records, compacted
 // gaps) are acknowledged GAP at once, or RELEASE when a batch failed to
 // decode so that the broker delivers it again.
-func (s *session) acquireLocked(tp kshare.TopicPartition, id [16]byte, rp *kmsg.ShareFetchResponseTopicPartition, fp kgo.FetchPartition, deadline time.Time, res *fetchResult, gaps *ackJob) {
+func (s *session) acquireLocked(tp kshare.TopicPartition, id [16]byte, rp *kmsg.ShareFetchResponseTopicPartition, fp kgo.FetchPartition, deadline time.Time, leaderEpoch int32, res *fetchResult, gaps *ackJob) {
 	c := s.c
 	ranges := append([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord(nil), rp.AcquiredRecords...)
 	sort.Slice(ranges, func(i, j int) bool { return ranges[i].FirstOffset < ranges[j].FirstOffset })
@@ -188,15 +192,16 @@ func (s *session) acquireLocked(tp kshare.TopicPartition, id [16]byte, rp *kmsg.
 		d := &delivery{count: max(ar.DeliveryCount, 1)}
 		tagged := context.WithValue(context.Background(), deliveryKey{}, d)
 		a := &acquisition{
-			delivery:   d,
-			tp:         tp,
-			topicID:    id,
-			sess:       s,
-			first:      ar.FirstOffset,
-			deliveries: max(ar.DeliveryCount, 1),
-			deadline:   deadline,
-			lockDur:    s.lockDur,
-			states:     make([]recState, span),
+			delivery:    d,
+			tp:          tp,
+			topicID:     id,
+			sess:        s,
+			first:       ar.FirstOffset,
+			deliveries:  max(ar.DeliveryCount, 1),
+			deadline:    deadline,
+			lockDur:     s.lockDur,
+			leaderEpoch: leaderEpoch,
+			states:      make([]recState, span),
 		}
 		if c.cfg.mode == Explicit {
 			a.decisions = make([]wire.AckType, span)

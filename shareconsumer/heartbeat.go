@@ -248,6 +248,7 @@ func (c *Consumer) refreshMetadata(ctx context.Context, cached bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var failed []error
+	var epochs []partitionEpoch
 	for _, t := range resp.Topics {
 		if t.Topic == nil {
 			continue
@@ -264,9 +265,12 @@ func (c *Consumer) refreshMetadata(ctx context.Context, cached bool) error {
 		c.topicIDs[*t.Topic] = t.TopicID
 		c.topicNames[t.TopicID] = *t.Topic
 		for _, p := range t.Partitions {
-			c.leaders[kshare.TopicPartition{Topic: *t.Topic, Partition: p.Partition}] = p.Leader
+			tp := kshare.TopicPartition{Topic: *t.Topic, Partition: p.Partition}
+			c.leaders[tp] = p.Leader
+			epochs = append(epochs, partitionEpoch{tp, p.LeaderEpoch})
 		}
 	}
+	c.learnLeaderEpochsLocked(epochs)
 	c.routeLocked()
 	return errors.Join(failed...)
 }

@@ -67,8 +67,13 @@ type acquisition struct {
 	deliveries int16
 	deadline   time.Time
 	lockDur    time.Duration
-	states     []recState
-	decisions  []wire.AckType // Explicit mode: the type Ack gave each offset
+	// leaderEpoch is the partition's leader epoch known before the
+	// ShareFetch that acquired the records was sent (-1: unknown), no
+	// later than the epoch of the leader that acquired them; a ledger
+	// commit compares it with the leader's after the renewal.
+	leaderEpoch int32
+	states      []recState
+	decisions   []wire.AckType // Explicit mode: the type Ack gave each offset
 	// staged holds, by index, the staging of each offset in state
 	// stStaged (Transactional mode; nil until one is staged). Kept with
 	// the acquisition rather than in a map by offset: staging and
@@ -300,6 +305,7 @@ func (h *heldSet) split(a *acquisition, at int64) *acquisition {
 		deliveries:   a.deliveries,
 		deadline:     a.deadline,
 		lockDur:      a.lockDur,
+		leaderEpoch:  a.leaderEpoch,
 		states:       append([]recState(nil), a.states[idx:]...),
 		dead:         a.dead,
 		renewing:     a.renewing,

@@ -438,6 +438,7 @@ const renewRecheck = 250 * time.Millisecond
 type renewWaiter struct {
 	recs    []*stagedRec
 	pending int
+	renewed []*stagedRec
 	failed  []acktrack.RenewFailure
 	done    chan struct{}
 }
@@ -452,6 +453,8 @@ func forcedDoneLocked(sr *stagedRec, err error) {
 	sr.force, sr.forceSent = nil, false
 	if err != nil {
 		w.failed = append(w.failed, acktrack.RenewFailure{TopicPartition: acktrack.TopicPartition(sr.acq.tp), Offset: sr.off, Err: err})
+	} else {
+		w.renewed = append(w.renewed, sr)
 	}
 	w.pending--
 	if w.pending == 0 {
@@ -536,11 +539,13 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 		}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, sr := range w.recs {
 		if sr.force == w {
 			forcedDoneLocked(sr, fmt.Errorf("no renewal answer before the commit gave up: %w", context.Cause(ctx)))
 		}
 	}
-	return append(failed, w.failed...)
+	failed = append(failed, w.failed...)
+	renewed := w.renewed
+	c.mu.Unlock()
+	return append(failed, c.checkLeaderEpochs(ctx, renewed)...)
 }

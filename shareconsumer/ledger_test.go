@@ -208,8 +208,13 @@ func TestLedgerResolvesAfterLostAcknowledgement(t *testing.T) {
 // locks are lost without it knowing. Worker 2 gets the records from the
 // new leader, finds no claim, processes and commits them. Then worker 1
 // resumes and writes its outputs and claims: it returns worker 1's
-// transaction ready to commit, and the inputs.
-func staleHolder(t *testing.T, e *env, inputs int) (p1 *producer.Producer) {
+// transaction ready to commit, and the inputs. With andBack, leadership
+// comes back to the first leader before worker 2 polls: the
+// share-partition is loaded again there without worker 1's locks while
+// worker 1's session stands, and worker 1's renewal of the records worker
+// 2 has acknowledged is answered with success (they are below the
+// share-partition's start offset).
+func staleHolder(t *testing.T, e *env, inputs int, andBack bool) (p1 *producer.Producer) {
 	// A long MaxWait: the share requests held up below do not time out
 	// in the client, which would tell it that its session is gone.
 	c1 := e.ledgerConsumer(shareconsumer.MaxWait(time.Minute))
@@ -258,6 +263,9 @@ func staleHolder(t *testing.T, e *env, inputs int) (p1 *producer.Producer) {
 		}
 	}
 	require.NoError(t, e.c.MoveLeader("in", 0, to))
+	if andBack {
+		require.NoError(t, e.c.MoveLeader("in", 0, leader))
+	}
 
 	c2 := e.ledgerConsumer()
 	p2 := e.ledgerProducer("w2")
@@ -292,10 +300,27 @@ func ledgerRaceEnv(t *testing.T, inputs int) *env {
 func TestLedgerStaleHolderCannotCommit(t *testing.T) {
 	const inputs = 6
 	e := ledgerRaceEnv(t, inputs)
-	p1 := staleHolder(t, e, inputs)
+	p1 := staleHolder(t, e, inputs, false)
 	err := p1.CommitTransaction(e.ctx)
 	require.ErrorIs(t, err, kshare.ErrAbortable)
 	require.Contains(t, err.Error(), "could not be renewed")
+	require.NoError(t, p1.AbortTransaction(e.ctx))
+	verdict, _, _ := exactlyOnce(e.readCommitted("out", inputs), inputs)
+	require.Equal(t, "exactly-once: OK", verdict)
+}
+
+// The leader comes back between two requests of the stale worker's
+// session: its renewal succeeds, in time, at the leader that forgot its
+// locks, so the renewal alone would let it commit. The leader epoch it
+// saw before acquiring the records differs from the one the leader
+// answers after the renewal, and the commit fails.
+func TestLedgerLeaderAwayAndBackCannotCommit(t *testing.T) {
+	const inputs = 6
+	e := ledgerRaceEnv(t, inputs)
+	p1 := staleHolder(t, e, inputs, true)
+	err := p1.CommitTransaction(e.ctx)
+	require.ErrorIs(t, err, kshare.ErrAbortable)
+	require.Contains(t, err.Error(), "leader epoch")
 	require.NoError(t, p1.AbortTransaction(e.ctx))
 	verdict, _, _ := exactlyOnce(e.readCommitted("out", inputs), inputs)
 	require.Equal(t, "exactly-once: OK", verdict)
@@ -309,7 +334,7 @@ func TestLedgerWithoutRenewalCheckDuplicates(t *testing.T) {
 	e := ledgerRaceEnv(t, inputs)
 	txn.SkipLedgerRenewal.Store(true)
 	defer txn.SkipLedgerRenewal.Store(false)
-	p1 := staleHolder(t, e, inputs)
+	p1 := staleHolder(t, e, inputs, false)
 	require.NoError(t, p1.CommitTransaction(e.ctx), "without the check the stale worker commits")
 	outputs := e.readCommitted("out", inputs)
 	// Both transactions committed; wait for every copy to be read.

@@ -70,6 +70,12 @@ type Metrics struct {
 	// so this, not LedgerResolveTime, is what the ledger adds to the
 	// Polls: LedgerPollWait / LedgerResolves per lookup.
 	LedgerPollWait time.Duration
+	// LedgerEpochRefusals counts records a ledger commit did not commit
+	// although their renewal succeeded: the partition's leader epoch
+	// after the renewal was not the one they were acquired under, so
+	// the leader may have forgotten their locks (and another member
+	// been handed them) in between.
+	LedgerEpochRefusals int64
 }
 
 // Metrics returns a snapshot of the consumer's counters.

@@ -141,6 +141,7 @@ type step struct {
 	ack    *kmsg.ShareAcknowledgeRequest
 	jobs   []*ackJob
 	renews renewals
+	epochs map[kshare.TopicPartition]int32 // stepFetch: the leader epochs known when it was sent
 	gen    uint64
 	sentAt time.Time
 	err    error // stepFail: why jobs fail
@@ -576,7 +577,7 @@ func (s *session) fetchStepLocked(now time.Time, forget []kshare.TopicPartition,
 			req.MaxWaitMillis = int32(max(d, 0) / time.Millisecond)
 		}
 	}
-	return step{kind: stepFetch, fetch: req, jobs: jobs, gen: s.gen, sentAt: now}
+	return step{kind: stepFetch, fetch: req, jobs: jobs, epochs: c.leaderEpochs, gen: s.gen, sentAt: now}
 }
 
 func toFetchBatches(b []wire.AcknowledgementBatch) []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch {

@@ -448,7 +448,6 @@ func TestKafkaShareLeaderMoveUnderCounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	admin := testkit.Client(t, seeds)
-	adm := kadm.NewClient(admin)
 	topic := uniqueName(t, "kshare-sem-move")
 	group := uniqueName(t, "kshare-sem-move-group")
 	semTopicOn(ctx, t, admin, topic, 2, 1)
@@ -462,23 +461,100 @@ func TestKafkaShareLeaderMoveUnderCounts(t *testing.T) {
 	top, part := m1.Acknowledge(ctx, false, testkit.Ack(0, 0, testkit.AckRelease), testkit.Ack(1, 1, testkit.AckAccept))
 	expectCodes(t, "m1 releases 0 and accepts 1; 2-3 stay acquired", top, part, 0, 0)
 
+	electPreferred(ctx, t, admin, topic, 1, 2)
+	m2 := testkit.JoinShare(ctx, t, seeds, group, topic, 0)
+	comeBack(ctx, t, m2, map[int64]int16{0: 2, 2: 1, 3: 1}, "at the new leader")
+	top, part = m1.Acknowledge(ctx, false, testkit.Ack(2, 2, testkit.AckAccept))
+	expectCodes(t, "m1 accepts 2 at the old leader", top, part, 0, codeUnknownTP)
+}
+
+// electPreferred makes replicas the replica order of partition 0 of topic
+// and runs preferred leader elections until replicas[0] leads it.
+func electPreferred(ctx context.Context, t *testing.T, admin *kgo.Client, topic string, replicas ...int32) {
+	t.Helper()
+	adm := kadm.NewClient(admin)
 	var req kadm.AlterPartitionAssignmentsReq
-	req.Assign(topic, 0, []int32{1, 2})
+	req.Assign(topic, 0, replicas)
 	if resps, err := adm.AlterPartitionAssignments(ctx, req); err != nil || resps.Error() != nil {
-		t.Fatalf("reorder the replicas: %v %v", err, resps.Error())
+		t.Fatalf("reorder the replicas of %s to %v: %v %v", topic, replicas, err, resps.Error())
 	}
-	waitFor(ctx, t, "node 1 to lead after a preferred leader election", func(ctx context.Context) (bool, string) {
+	waitFor(ctx, t, fmt.Sprintf("node %d to lead after a preferred leader election", replicas[0]), func(ctx context.Context) (bool, string) {
 		res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
 		parts, _, perr := partitionState(ctx, admin, topic)
 		if perr != nil || len(parts) != 1 {
 			return false, fmt.Sprint(perr)
 		}
-		return parts[0].Leader == 1, fmt.Sprintf("leader %d, election %v %v", parts[0].Leader, res, err)
+		return parts[0].Leader == replicas[0], fmt.Sprintf("leader %d, election %v %v", parts[0].Leader, res, err)
 	})
+}
+
+// leaderEpochAt asks node itself for the leader and leader epoch of
+// partition 0 of topic.
+func leaderEpochAt(ctx context.Context, t *testing.T, cl *kgo.Client, node int32, topic string) (leader, epoch int32) {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := cl.Broker(int(node)).Request(ctx, req)
+	if err != nil {
+		t.Fatalf("metadata from node %d: %v", node, err)
+	}
+	mr := resp.(*kmsg.MetadataResponse)
+	if len(mr.Topics) != 1 || len(mr.Topics[0].Partitions) != 1 {
+		t.Fatalf("metadata from node %d: %d topics", node, len(mr.Topics))
+	}
+	p := mr.Topics[0].Partitions[0]
+	return p.Leader, p.LeaderEpoch
+}
+
+// Question 8, leadership away and back: a preferred leader election moves
+// the share-partition to the other broker and a second one brings it
+// back. The member's share session with the first leader stands, but the
+// leader loaded the share-partition again from its persisted state,
+// without the member's acquisitions: another member is handed the same
+// records (with count 1) and accepts them, and the first member's RENEW
+// of them, in the session it acquired them in and long before its lock
+// would have run out, is then answered with success (they are below the
+// start offset). The partition's leader epoch, asked of the leader after
+// that RENEW, is two past the one it had when the records were acquired,
+// which is how a ledger commit tells such a success from a real renewal
+// (docs/design.md, assumption 1).
+func TestKafkaShareLeaderAwayAndBackRenewsForgottenRecords(t *testing.T) {
+	two := kafkatest.Bootstrap2(t)
+	seeds := two.Seeds
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	admin := testkit.Client(t, seeds)
+	topic := uniqueName(t, "kshare-sem-back")
+	group := uniqueName(t, "kshare-sem-back-group")
+	semTopicOn(ctx, t, admin, topic, 2, 1)
+	testkit.SetGroupConfigs(ctx, t, admin, group, "share.auto.offset.reset", "earliest", "share.record.lock.duration.ms", semLock)
+	semProduce(ctx, t, seeds, topic, "a", "b", "c", "d")
+	m1 := testkit.JoinShare(ctx, t, seeds, group, topic, 0)
+	if m1.Leader != 2 {
+		t.Fatalf("the partition is led by %d, not 2", m1.Leader)
+	}
+	leader, before := leaderEpochAt(ctx, t, admin, 2, topic)
+	if leader != 2 {
+		t.Fatalf("node 2 says node %d leads %s", leader, topic)
+	}
+	acquireExactly(ctx, t, m1, deliveries(0, 3, 1), "m1 at node 2")
+	top, part := m1.Acknowledge(ctx, true, testkit.Ack(0, 3, testkit.AckRenew))
+	expectCodes(t, "m1 renews what it holds", top, part, 0, 0)
+
+	electPreferred(ctx, t, admin, topic, 1, 2)
+	electPreferred(ctx, t, admin, topic, 2, 1)
 	m2 := testkit.JoinShare(ctx, t, seeds, group, topic, 0)
-	comeBack(ctx, t, m2, map[int64]int16{0: 2, 2: 1, 3: 1}, "at the new leader")
-	top, part = m1.Acknowledge(ctx, false, testkit.Ack(2, 2, testkit.AckAccept))
-	expectCodes(t, "m1 accepts 2 at the old leader", top, part, 0, codeUnknownTP)
+	acquireExactly(ctx, t, m2, deliveries(0, 3, 1), "m2 at node 2, after the leadership came back")
+	top, part = m2.Acknowledge(ctx, false, testkit.Ack(0, 3, testkit.AckAccept))
+	expectCodes(t, "m2 accepts them", top, part, 0, 0)
+	top, part = m1.Acknowledge(ctx, true, testkit.Ack(0, 3, testkit.AckRenew))
+	expectCodes(t, "m1 renews, in its session, the records m2 accepted", top, part, 0, 0)
+	leader, after := leaderEpochAt(ctx, t, admin, 2, topic)
+	if leader != 2 || after != before+2 {
+		t.Fatalf("after the RENEW node 2 says node %d leads at epoch %d; before the acquisition, epoch %d: want node 2 at %d", leader, after, before, before+2)
+	}
 }
 
 // topicIDOf returns the id of topic.
