@@ -58,8 +58,7 @@ type Consumer struct {
 	topicIDs     map[string][16]byte
 	topicNames   map[[16]byte]string
 	leaders      map[kshare.TopicPartition]int32
-	leaderEpochs map[kshare.TopicPartition]int32 // replaced, never changed: a ShareFetch keeps the one it was sent with
-	epochTopics  map[string][16]byte             // the topic id leaderEpochs' epochs are of
+	leaderEpochs map[kshare.TopicPartition]topicEpoch // replaced, never changed: a ShareFetch keeps the one it was sent with
 	sessions     map[int32]*session
 	sessOrder    []*session
 	pollStart    int
@@ -160,7 +159,6 @@ func New(opts ...Opt) (*Consumer, error) {
 		topicIDs:     make(map[string][16]byte),
 		topicNames:   make(map[[16]byte]string),
 		leaders:      make(map[kshare.TopicPartition]int32),
-		epochTopics:  make(map[string][16]byte),
 		sessions:     make(map[int32]*session),
 		decided:      make(map[*acquisition]struct{}),
 		renewMissing: make(map[int32]bool),

@@ -120,9 +120,9 @@ func (s *session) applyFetchLocked(st step, fr *kmsg.ShareFetchResponse, decoded
 				first = min(first, ar.FirstOffset)
 			}
 			c.noteFirstFetchLocked(tp, first)
-			epoch, ok := st.epochs[tp]
-			if !ok {
-				epoch = -1
+			epoch := int32(-1)
+			if known, ok := st.epochs[tp]; ok && known.id == t.TopicID {
+				epoch = known.epoch
 			}
 			s.acquireLocked(tp, t.TopicID, rp, decoded[tp], deadline, epoch, res, gaps)
 		}

@@ -267,7 +267,7 @@ func (c *Consumer) refreshMetadata(ctx context.Context, cached bool) error {
 		for _, p := range t.Partitions {
 			tp := kshare.TopicPartition{Topic: *t.Topic, Partition: p.Partition}
 			c.leaders[tp] = p.Leader
-			epochs = append(epochs, partitionEpoch{tp, p.LeaderEpoch})
+			epochs = append(epochs, partitionEpoch{tp, topicEpoch{t.TopicID, p.LeaderEpoch}})
 		}
 	}
 	c.learnLeaderEpochsLocked(epochs)

@@ -26,38 +26,55 @@ import (
 // epoch the leader answers after it handled the RENEW (no earlier than
 // its own then): equal, no leader took over in between.
 
-// partitionEpoch is a partition's leader epoch in a Metadata answer.
+// partitionEpoch is a partition's leader epoch in a Metadata answer, with
+// the id of the topic it is of.
 type partitionEpoch struct {
 	tp    kshare.TopicPartition
+	epoch topicEpoch
+}
+
+// topicEpoch is a leader epoch of one incarnation of a topic: a topic
+// deleted and created again under the same name starts its epochs anew.
+type topicEpoch struct {
+	id    [16]byte
 	epoch int32
 }
 
-// learnLeaderEpochsLocked records leader epochs that Metadata answered.
-// An epoch only grows for a topic whose id is unchanged: an answer from
-// a broker that is behind must not lower it. The map is replaced, never
-// changed in place, because a ShareFetch step keeps the one it was sent
-// with.
+// learnLeaderEpochsLocked records leader epochs that Metadata answered,
+// for the topic ids the consumer knows now (an answer about a topic's
+// earlier incarnation, from a broker that is behind, is not one). Within
+// a topic id an epoch only grows: such a broker must not lower it either.
+// The map is replaced, never changed in place, because a ShareFetch step
+// keeps the one it was sent with; an answer that changes nothing leaves
+// it alone.
 func (c *Consumer) learnLeaderEpochsLocked(learned []partitionEpoch) {
-	next := make(map[kshare.TopicPartition]int32, max(len(c.leaderEpochs), len(learned)))
-	for tp, e := range c.leaderEpochs {
-		next[tp] = e
-	}
+	var next map[kshare.TopicPartition]topicEpoch
 	for _, l := range learned {
-		if old, ok := next[l.tp]; !ok || l.epoch > old || c.epochTopics[l.tp.Topic] != c.topicIDs[l.tp.Topic] {
-			next[l.tp] = l.epoch
+		if l.epoch.id != c.topicIDs[l.tp.Topic] {
+			continue
 		}
+		if old, ok := c.leaderEpochs[l.tp]; ok && old.id == l.epoch.id && l.epoch.epoch <= old.epoch {
+			continue
+		}
+		if next == nil {
+			next = make(map[kshare.TopicPartition]topicEpoch, len(c.leaderEpochs)+len(learned))
+			for tp, e := range c.leaderEpochs {
+				next[tp] = e
+			}
+		}
+		next[l.tp] = l.epoch
 	}
-	for _, l := range learned {
-		c.epochTopics[l.tp.Topic] = c.topicIDs[l.tp.Topic]
+	if next != nil {
+		c.leaderEpochs = next
 	}
-	c.leaderEpochs = next
 }
 
 // epochCheck is what one node must answer for the records it renewed.
 type epochCheck struct {
 	node   int32
 	topics []string
-	want   map[kshare.TopicPartition]int32 // the epoch the records were acquired under
+	want   map[kshare.TopicPartition]topicEpoch // the epoch the records were acquired under
+	mixed  map[kshare.TopicPartition]bool       // acquired under two epochs: one is not the leader's
 	recs   map[kshare.TopicPartition][]int64
 }
 
@@ -76,26 +93,30 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 		a := sr.acq
 		ch := checks[a.sess.node]
 		if ch == nil {
-			ch = &epochCheck{node: a.sess.node, want: make(map[kshare.TopicPartition]int32), recs: make(map[kshare.TopicPartition][]int64)}
+			ch = &epochCheck{node: a.sess.node, want: make(map[kshare.TopicPartition]topicEpoch),
+				mixed: make(map[kshare.TopicPartition]bool), recs: make(map[kshare.TopicPartition][]int64)}
 			checks[a.sess.node] = ch
 		}
-		if _, ok := ch.want[a.tp]; !ok {
-			ch.want[a.tp] = a.leaderEpoch
+		acquired := topicEpoch{a.topicID, a.leaderEpoch}
+		if want, ok := ch.want[a.tp]; !ok {
+			ch.want[a.tp] = acquired
 			if !slices.Contains(ch.topics, a.tp.Topic) {
 				ch.topics = append(ch.topics, a.tp.Topic)
 			}
-		} else if a.leaderEpoch != ch.want[a.tp] {
-			ch.want[a.tp] = -1 // acquired under two epochs: one of them is not the leader's
+		} else if want != acquired {
+			ch.mixed[a.tp] = true
 		}
 		ch.recs[a.tp] = append(ch.recs[a.tp], sr.off)
 	}
 	c.mu.Unlock()
 
 	var (
-		mu      sync.Mutex
-		failed  []acktrack.RenewFailure
-		learned []partitionEpoch
-		wg      sync.WaitGroup
+		mu       sync.Mutex
+		failed   []acktrack.RenewFailure
+		refused  int // records of partitions whose leader or epoch moved
+		learned  []partitionEpoch
+		firstWhy error
+		wg       sync.WaitGroup
 	)
 	run := func(ch *epochCheck) {
 		got, err := c.leaderEpochsAt(ctx, ch.node, ch.topics)
@@ -104,25 +125,38 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 		for tp, want := range ch.want {
 			var why error
 			le, ok := got[tp]
+			moved := true
 			switch {
 			case err != nil:
-				why = fmt.Errorf("the leader epoch check at node %d after the renewal failed: %w", ch.node, err)
+				why = fmt.Errorf("the leader epoch check at node %d after the renewal failed (%w): %w", ch.node, err, ErrLockExpired)
+				moved = false
 			case !ok:
 				why = fmt.Errorf("node %d did not answer the leader epoch of %s/%d after the renewal: %w", ch.node, tp.Topic, tp.Partition, ErrLockExpired)
+			case le.topicID != [16]byte{} && le.topicID != want.id:
+				why = fmt.Errorf("node %d answers for another topic %q than the one whose records it renewed (deleted and created again?): %w", ch.node, tp.Topic, ErrLockExpired)
 			case le.leader != ch.node:
 				why = fmt.Errorf("node %d renewed %s/%d but says node %d leads it: %w", ch.node, tp.Topic, tp.Partition, le.leader, ErrLockExpired)
-			case want < 0 || le.epoch != want:
+			case ch.mixed[tp]:
+				why = fmt.Errorf("the records of %s/%d were acquired under two leader epochs, and the leader at node %d has one (%d): the share-partition may have been loaded again without the older locks: %w",
+					tp.Topic, tp.Partition, ch.node, le.epoch, ErrLockExpired)
+			case want.epoch < 0 || le.epoch != want.epoch:
 				why = fmt.Errorf("the leader epoch of %s/%d at node %d is %d after the renewal, the records were acquired under epoch %d: the share-partition may have been loaded again without their locks: %w",
-					tp.Topic, tp.Partition, ch.node, le.epoch, want, ErrLockExpired)
+					tp.Topic, tp.Partition, ch.node, le.epoch, want.epoch, ErrLockExpired)
 			}
-			if ok {
-				learned = append(learned, partitionEpoch{tp, le.epoch})
+			if ok && le.topicID != [16]byte{} {
+				learned = append(learned, partitionEpoch{tp, topicEpoch{le.topicID, le.epoch}})
 			}
 			if why == nil {
 				continue
 			}
+			if firstWhy == nil || (moved && refused == 0) {
+				firstWhy = why
+			}
 			for _, off := range ch.recs[tp] {
 				failed = append(failed, acktrack.RenewFailure{TopicPartition: acktrack.TopicPartition(tp), Offset: off, Err: why})
+				if moved {
+					refused++
+				}
 			}
 		}
 	}
@@ -140,16 +174,23 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 	wg.Wait()
 	c.mu.Lock()
 	c.learnLeaderEpochsLocked(learned)
-	if len(failed) > 0 {
-		c.metrics.LedgerEpochRefusals += int64(len(failed))
-		c.logger.Warn("ledger commit refused: a renewed partition's leader epoch changed since its records were acquired", "records", len(failed), "err", failed[0].Err)
+	switch {
+	case refused > 0:
+		c.metrics.LedgerEpochRefusals += int64(refused)
+		c.logger.Warn("ledger commit refused: a renewed partition's leader or leader epoch changed since its records were acquired", "records", refused, "err", firstWhy)
+	case len(failed) > 0:
+		c.logger.Warn("ledger commit refused: the leader epoch check after the renewal could not be made", "records", len(failed), "err", firstWhy)
 	}
 	c.mu.Unlock()
 	return failed
 }
 
-// leaderAndEpoch is a partition's leader and leader epoch.
-type leaderAndEpoch struct{ leader, epoch int32 }
+// leaderAndEpoch is a partition's leader and leader epoch, and its
+// topic's id (zero before Metadata v10).
+type leaderAndEpoch struct {
+	leader, epoch int32
+	topicID       [16]byte
+}
 
 // leaderEpochsAt asks node itself, not any broker, for the leaders and
 // leader epochs of topics: a broker handles a request as a partition's
@@ -168,7 +209,7 @@ func (c *Consumer) leaderEpochsAt(ctx context.Context, node int32, topics []stri
 	}
 	mr := resp.(*kmsg.MetadataResponse)
 	if mr.Version < 7 {
-		return nil, fmt.Errorf("node %d answered Metadata v%d, which has no leader epochs: %w", node, mr.Version, kshare.ErrUnsupported)
+		return nil, fmt.Errorf("node %d answered Metadata v%d, which has no leader epochs", node, mr.Version)
 	}
 	out := make(map[kshare.TopicPartition]leaderAndEpoch)
 	for _, t := range mr.Topics {
@@ -177,7 +218,7 @@ func (c *Consumer) leaderEpochsAt(ctx context.Context, node int32, topics []stri
 		}
 		for _, p := range t.Partitions {
 			if p.ErrorCode == 0 {
-				out[kshare.TopicPartition{Topic: *t.Topic, Partition: p.Partition}] = leaderAndEpoch{p.Leader, p.LeaderEpoch}
+				out[kshare.TopicPartition{Topic: *t.Topic, Partition: p.Partition}] = leaderAndEpoch{p.Leader, p.LeaderEpoch, t.TopicID}
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package shareconsumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -499,7 +498,7 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 				continue
 			}
 			if sr.force != nil {
-				forcedDoneLocked(sr, errors.New("superseded by another renewal"))
+				forcedDoneLocked(sr, fmt.Errorf("superseded by another renewal: %w", ErrLockExpired))
 			}
 			sr.force, sr.forceSent = w, false
 			w.recs = append(w.recs, sr)

@@ -141,7 +141,7 @@ type step struct {
 	ack    *kmsg.ShareAcknowledgeRequest
 	jobs   []*ackJob
 	renews renewals
-	epochs map[kshare.TopicPartition]int32 // stepFetch: the leader epochs known when it was sent
+	epochs map[kshare.TopicPartition]topicEpoch // stepFetch: the leader epochs known when it was sent
 	gen    uint64
 	sentAt time.Time
 	err    error // stepFail: why jobs fail
