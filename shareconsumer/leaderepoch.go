@@ -75,7 +75,20 @@ type epochCheck struct {
 	topics []string
 	want   map[kshare.TopicPartition]topicEpoch // the epoch the records were acquired under
 	mixed  map[kshare.TopicPartition]bool       // acquired under two epochs: one is not the leader's
-	recs   map[kshare.TopicPartition][]int64
+}
+
+// epochRefusal is why one node's partition fails the check; moved says
+// that its leader or epoch was seen to change (rather than the check
+// failing to get an answer).
+type epochRefusal struct {
+	why   error
+	moved bool
+}
+
+// nodePartition names a partition as led by one node.
+type nodePartition struct {
+	node int32
+	tp   kshare.TopicPartition
 }
 
 // checkLeaderEpochs asks the leader of every renewed record, after the
@@ -89,12 +102,16 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 	}
 	checks := make(map[int32]*epochCheck)
 	c.mu.Lock()
+	var last *acquisition
 	for _, sr := range renewed {
 		a := sr.acq
+		if a == last {
+			continue // a transaction's records come acquisition by acquisition
+		}
+		last = a
 		ch := checks[a.sess.node]
 		if ch == nil {
-			ch = &epochCheck{node: a.sess.node, want: make(map[kshare.TopicPartition]topicEpoch),
-				mixed: make(map[kshare.TopicPartition]bool), recs: make(map[kshare.TopicPartition][]int64)}
+			ch = &epochCheck{node: a.sess.node, want: make(map[kshare.TopicPartition]topicEpoch), mixed: make(map[kshare.TopicPartition]bool)}
 			checks[a.sess.node] = ch
 		}
 		acquired := topicEpoch{a.topicID, a.leaderEpoch}
@@ -106,17 +123,14 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 		} else if want != acquired {
 			ch.mixed[a.tp] = true
 		}
-		ch.recs[a.tp] = append(ch.recs[a.tp], sr.off)
 	}
 	c.mu.Unlock()
 
 	var (
-		mu       sync.Mutex
-		failed   []acktrack.RenewFailure
-		refused  int // records of partitions whose leader or epoch moved
-		learned  []partitionEpoch
-		firstWhy error
-		wg       sync.WaitGroup
+		mu      sync.Mutex
+		refused = make(map[nodePartition]epochRefusal)
+		learned []partitionEpoch
+		wg      sync.WaitGroup
 	)
 	run := func(ch *epochCheck) {
 		got, err := c.leaderEpochsAt(ctx, ch.node, ch.topics)
@@ -125,11 +139,10 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 		for tp, want := range ch.want {
 			var why error
 			le, ok := got[tp]
-			moved := true
 			switch {
 			case err != nil:
-				why = fmt.Errorf("the leader epoch check at node %d after the renewal failed (%w): %w", ch.node, err, ErrLockExpired)
-				moved = false
+				refused[nodePartition{ch.node, tp}] = epochRefusal{why: fmt.Errorf("the leader epoch check at node %d after the renewal failed (%w): %w", ch.node, err, ErrLockExpired)}
+				continue
 			case !ok:
 				why = fmt.Errorf("node %d did not answer the leader epoch of %s/%d after the renewal: %w", ch.node, tp.Topic, tp.Partition, ErrLockExpired)
 			case le.topicID != [16]byte{} && le.topicID != want.id:
@@ -146,17 +159,8 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 			if ok && le.topicID != [16]byte{} {
 				learned = append(learned, partitionEpoch{tp, topicEpoch{le.topicID, le.epoch}})
 			}
-			if why == nil {
-				continue
-			}
-			if firstWhy == nil || (moved && refused == 0) {
-				firstWhy = why
-			}
-			for _, off := range ch.recs[tp] {
-				failed = append(failed, acktrack.RenewFailure{TopicPartition: acktrack.TopicPartition(tp), Offset: off, Err: why})
-				if moved {
-					refused++
-				}
+			if why != nil {
+				refused[nodePartition{ch.node, tp}] = epochRefusal{why: why, moved: true}
 			}
 		}
 	}
@@ -173,15 +177,35 @@ func (c *Consumer) checkLeaderEpochs(ctx context.Context, renewed []*stagedRec) 
 	}
 	wg.Wait()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.learnLeaderEpochsLocked(learned)
-	switch {
-	case refused > 0:
-		c.metrics.LedgerEpochRefusals += int64(refused)
-		c.logger.Warn("ledger commit refused: a renewed partition's leader or leader epoch changed since its records were acquired", "records", refused, "err", firstWhy)
-	case len(failed) > 0:
-		c.logger.Warn("ledger commit refused: the leader epoch check after the renewal could not be made", "records", len(failed), "err", firstWhy)
+	if len(refused) == 0 {
+		return nil
 	}
-	c.mu.Unlock()
+	var (
+		failed []acktrack.RenewFailure
+		moved  int
+		first  epochRefusal
+	)
+	for _, sr := range renewed {
+		r, ok := refused[nodePartition{sr.acq.sess.node, sr.acq.tp}]
+		if !ok {
+			continue
+		}
+		failed = append(failed, acktrack.RenewFailure{TopicPartition: acktrack.TopicPartition(sr.acq.tp), Offset: sr.off, Err: r.why})
+		if r.moved {
+			moved++
+		}
+		if first.why == nil || r.moved && !first.moved {
+			first = r
+		}
+	}
+	if moved > 0 {
+		c.metrics.LedgerEpochRefusals += int64(moved)
+		c.logger.Warn("ledger commit refused: a renewed partition's leader or leader epoch changed since its records were acquired", "records", moved, "err", first.why)
+	} else {
+		c.logger.Warn("ledger commit refused: the leader epoch check after the renewal could not be made", "records", len(failed), "err", first.why)
+	}
 	return failed
 }
 

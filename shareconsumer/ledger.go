@@ -218,7 +218,7 @@ type partFinder struct {
 // (state stResolving, the same delivery) and r's index in it.
 func (c *Consumer) roundHoldLocked(f *partFinder, r *kgo.Record) (*acquisition, int, bool) {
 	tp := kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}
-	if f.tp != tp || f.p != c.held.parts[tp] {
+	if f.p == nil || f.tp != tp {
 		*f = partFinder{tp: tp, finder: finder{p: c.held.parts[tp]}}
 	}
 	a, idx, ok := f.find(r.Offset)
@@ -252,6 +252,7 @@ func (c *Consumer) dropResolvingLocked(f *partFinder, r *kgo.Record, now time.Ti
 		c.noteExpiredUnseenLocked(1, a.tp.Topic, a.tp.Partition, now)
 	}
 	c.held.compact(a.tp)
+	*f = partFinder{} // compact may have dropped the partition's state
 }
 
 // resolveFromLedger resolves records Poll took against the claim ledger
@@ -476,6 +477,8 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 	now := time.Now()
 	c.mu.Lock()
 	sessions := make(map[*session]bool)
+	var lastSess *session
+	w.recs = make([]*stagedRec, 0, acks.Len())
 	for _, atp := range acks.Partitions() {
 		f := finder{p: c.held.parts[kshare.TopicPartition(atp)]}
 		for _, rec := range acks.Records(atp) {
@@ -503,7 +506,9 @@ func (t *tracker) Renew(ctx context.Context, acks *acktrack.Set) []acktrack.Rene
 			sr.force, sr.forceSent = w, false
 			w.recs = append(w.recs, sr)
 			w.pending++
-			sessions[a.sess] = true
+			if a.sess != lastSess {
+				sessions[a.sess], lastSess = true, a.sess
+			}
 		}
 	}
 	if w.pending == 0 {

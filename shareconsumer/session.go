@@ -470,12 +470,13 @@ func (s *session) drainOutboxLocked() ([]*ackJob, map[kshare.TopicPartition]*job
 func (s *session) dropHeldLocked(j *ackJob) {
 	for tp, p := range j.parts {
 		var kept []wire.AcknowledgementBatch
+		f := finder{p: s.c.held.parts[tp]}
 		for _, b := range p.batches {
 			start := b.FirstOffset
 			for off := b.FirstOffset; off <= b.LastOffset+1; off++ {
 				held := false
 				if off <= b.LastOffset {
-					_, _, held = s.c.held.find(tp, off)
+					_, _, held = f.find(off)
 				}
 				if off > b.LastOffset || held {
 					if off > start {
