@@ -119,6 +119,13 @@
 // an unexported context key): on records from this consumer they return 0
 // and the zero time. Use the consumer's.
 //
+// Work on a record that may outlast its lock calls Renew (Explicit and
+// Transactional mode): a RENEW (KIP-1222) of exactly the records given,
+// sent at once and answered record by record in a *RenewError; after it,
+// LockDeadline says until when the record is held. The Java client and
+// kgo mark a record RENEW and send it with the next commit or poll;
+// Renew's answer says whether the lock was actually extended.
+//
 // # Fetching ahead of Poll, and MaxPollRecords
 //
 // A Poll returns at most MaxPollRecords records. A consumer fetches

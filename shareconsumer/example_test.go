@@ -92,3 +92,63 @@ func Example() {
 	// bad-3 delivery 1: REJECT
 	// retry-2 delivery 2: ACCEPT
 }
+
+// Work that may outlast a record's lock renews it, and learns whether the
+// lock was extended before it acknowledges the result.
+func ExampleConsumer_Renew() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := broker.NewCluster(broker.ShareLockDuration(4 * time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := cluster.Bootstrap()
+	writer, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer writer.Close()
+	if _, err := kadm.NewClient(writer).CreateTopic(ctx, 1, 1, nil, "videos"); err != nil {
+		log.Fatal(err)
+	}
+	if err := writer.ProduceSync(ctx, &kgo.Record{Topic: "videos", Value: []byte("long-1")}).FirstErr(); err != nil {
+		log.Fatal(err)
+	}
+	c, err := shareconsumer.New(
+		shareconsumer.SeedBrokers(seeds...),
+		shareconsumer.Group("encoders"),
+		shareconsumer.Topics("videos"),
+		shareconsumer.Mode(shareconsumer.Explicit),
+		shareconsumer.SetGroupConfig(shareconsumer.GroupConfig{AutoOffsetReset: shareconsumer.ResetEarliest}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(ctx)
+
+	recs, err := c.Poll(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := recs[0]
+	start, _ := c.LockDeadline(r)
+	// Work in three one-second steps, renewing after each: the lock (four
+	// seconds here) never runs out while the work goes on.
+	for range 3 {
+		time.Sleep(time.Second)
+		if err := c.Renew(ctx, r); err != nil {
+			log.Fatal(err) // *shareconsumer.RenewError: stop, the record will come again
+		}
+	}
+	end, _ := c.LockDeadline(r)
+	fmt.Printf("%s held %v longer\n", r.Value, end.Sub(start) >= 3*time.Second)
+	if err := c.Ack(r, kshare.AckAccept); err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// long-1 held true longer
+}

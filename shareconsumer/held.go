@@ -96,6 +96,10 @@ type acquisition struct {
 	// application a whole lock from Poll, renewed further only with
 	// RenewHeldLocks.
 	handover bool
+	// asked holds the Renew calls waiting for a RENEW of the acquisition's
+	// delivered records that is not built yet; askedSent those that the
+	// RENEW in flight answers.
+	asked, askedSent []*renewCall
 }
 
 // holds reports whether a holds an offset in state st. An acquisition is
@@ -397,6 +401,7 @@ func (h *heldSet) kill(match func(*acquisition) bool) {
 		for _, a := range p.acqs {
 			if match(a) {
 				a.dead = true
+				settleAskedLocked(a, fmt.Errorf("lock lost (share session reset, leader moved or member fenced): %w", ErrLockExpired))
 				// A commit waiting for these locks' renewal learns now
 				// that they are gone.
 				for idx := range a.staged {

@@ -123,7 +123,15 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 		}
 		renewHeld := s.c.cfg.renewHeld && s.c.cfg.mode == Transactional
 		for _, a := range p.acqs {
-			if a.sess != s || a.dead || a.renewStopped || a.renewing {
+			if a.sess != s {
+				continue
+			}
+			if len(a.asked) > 0 {
+				if err := s.c.renewBlockedLocked(a, now); err != nil {
+					settleAskedLocked(a, err)
+				}
+			}
+			if a.dead || a.renewStopped || a.renewing {
 				continue
 			}
 			switch {
@@ -138,7 +146,9 @@ func (s *session) dueRenewalsLocked(now time.Time) (renewals, time.Time) {
 					h.acqs = append(h.acqs, a)
 					continue
 				}
-			case a.handover && a.holds(stDelivered):
+			case (a.handover || len(a.asked) > 0) && a.holds(stDelivered):
+				// Records Poll returned that waited for it, or that Renew
+				// asked for: one RENEW now.
 				if now.Before(a.deadline) { // due now
 					if due.held == nil {
 						due.held = make(map[kshare.TopicPartition]*heldRenewal)
@@ -228,6 +238,7 @@ func (s *session) renewStepLocked(now time.Time, due renewals) step {
 		p := &jobPart{topicID: h.acqs[0].topicID}
 		for _, a := range h.acqs {
 			a.renewing, a.renewal = true, h
+			a.askedSent, a.asked = append(a.askedSent, a.asked...), nil
 			for i, st := range a.states {
 				if !st.unstaged() {
 					continue
@@ -288,6 +299,7 @@ func (s *session) renewUnsupportedLocked(due renewals) {
 	for _, h := range due.held {
 		for _, a := range h.acqs {
 			a.renewStopped = true
+			settleAskedLocked(a, fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", s.node, kshare.ErrUnsupported))
 		}
 	}
 	if !s.c.renewWarned {
@@ -363,19 +375,26 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 				}
 				if lateRenewal(answered, a.deadline) {
 					a.renewStopped = true
+					settleAskedLocked(a, lateRenewalErr(answered, a.deadline))
 					s.c.metrics.RenewalsRefused += n
 					s.c.logger.Debug("lock renewal of unstaged records not trusted",
 						"topic", tp.Topic, "partition", tp.Partition, "err", lateRenewalErr(answered, a.deadline))
 					continue
 				}
 				a.deadline = st.sentAt.Add(lock)
+				settleAskedLocked(a, nil)
 				s.c.metrics.LocksRenewed += n
 			}
 			continue
 		}
-		if !staged {
+		if staged {
+			for _, a := range h.acqs {
+				a.askedSent, a.asked = nil, append(a.askedSent, a.asked...) // renewed again without the staged
+			}
+		} else {
 			for _, a := range h.acqs {
 				a.renewStopped = true
+				settleAskedLocked(a, fmt.Errorf("the leader refused the renewal (%w): %w", err, ErrLockExpired))
 			}
 			s.c.metrics.RenewalsRefused += int64(len(h.offs))
 		}

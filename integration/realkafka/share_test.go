@@ -256,6 +256,73 @@ func TestShareConsumerRenewsStagedLocks(t *testing.T) {
 	}
 }
 
+// Consumer.Renew on Kafka 4.4: in Explicit mode the records renewed are
+// kept past several lock durations while another member polls, those not
+// renewed go to it when their lock runs out, and the renewed ones are
+// then accepted.
+func TestShareConsumerExplicitRenewKeepsWhatItAsks(t *testing.T) {
+	seeds := kafkatest.Bootstrap(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	const count, lock = 10, 4 * time.Second
+	topic, group := shareSetup(ctx, t, seeds, 1, count)
+	admin := testkit.Client(t, seeds)
+	testkit.SetGroupConfigs(ctx, t, admin, group, "share.record.lock.duration.ms", strconv.Itoa(int(lock.Milliseconds())))
+
+	c := newShareConsumer(t, seeds, topic, group, shareconsumer.Mode(shareconsumer.Explicit))
+	defer c.Close(context.Background())
+	var kept, left []*kgo.Record
+	testkit.PollValues(ctx, t, c, count, func(r *kgo.Record) {
+		if i, _ := strconv.Atoi(string(r.Value)); i%2 == 0 {
+			kept = append(kept, r)
+		} else {
+			left = append(left, r)
+		}
+	})
+	first, _ := c.LockDeadline(kept[0])
+	c2 := newShareConsumer(t, seeds, topic, group)
+	defer c2.Close(context.Background())
+	got := make(map[string]bool)
+	for end := first.Add(2 * lock); time.Now().Before(end) || len(got) < len(left); {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		for pctx.Err() == nil {
+			recs, err := c2.Poll(pctx)
+			if err != nil {
+				break
+			}
+			for _, r := range recs {
+				got[string(r.Value)] = true
+			}
+		}
+		pcancel()
+		if err := c.Renew(ctx, kept...); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+	}
+	for _, r := range kept {
+		if got[string(r.Value)] {
+			t.Errorf("renewed record %q went to the other member", r.Value)
+		}
+	}
+	for _, r := range left {
+		if !got[string(r.Value)] {
+			t.Errorf("record %q, not renewed, did not go to the other member", r.Value)
+		}
+	}
+	later, _ := c.LockDeadline(kept[0])
+	if !later.After(first.Add(lock)) {
+		t.Fatalf("lock deadline %v did not move past %v", later, first.Add(lock))
+	}
+	for _, r := range kept {
+		if err := c.Ack(r, kshare.AckAccept); err != nil {
+			t.Fatalf("ack %q: %v", r.Value, err)
+		}
+	}
+	if err := c.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+}
+
 // Real Kafka has no KIP-1289 APIs: the acknowledger says so at
 // InitTransactions, and committing acknowledgements in a transaction fails
 // with ErrUnsupported, naming the broker and what it lacks, and sends
