@@ -48,6 +48,7 @@ var exportedErrors = map[string]map[string]struct {
 		"ErrLockExpired": {shareconsumer.ErrLockExpired, kshare.ErrAbortable},
 		"ErrNotHeld":     {shareconsumer.ErrNotHeld, kshare.ErrUsage},
 		"AckError":       {&shareconsumer.AckError{}, kshare.ErrAbortable},
+		"RenewError":     {&shareconsumer.RenewError{}, kshare.ErrAbortable},
 	},
 	"producer":     {},
 	"acknowledger": {},

@@ -299,7 +299,7 @@ func (s *session) renewUnsupportedLocked(due renewals) {
 	for _, h := range due.held {
 		for _, a := range h.acqs {
 			a.renewStopped = true
-			settleAskedLocked(a, fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", s.node, kshare.ErrUnsupported))
+			settleAskedLocked(a, fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", s.node, ErrLockExpired))
 		}
 	}
 	if !s.c.renewWarned {

@@ -3,6 +3,7 @@ package shareconsumer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kshare-go/kshare"
+	"github.com/kshare-go/kshare/internal/errs"
 )
 
 // Renew extends the acquisition locks of records Poll returned, with a
@@ -26,19 +28,21 @@ import (
 // acknowledged or staged; a record that is then left alone is delivered
 // again when that lock ends.
 //
-// It returns nil when every record's lock was extended; a *RenewError
-// naming each record that was not and why: ErrNotHeld (kshare.ErrUsage)
-// for a record the consumer does not hold, kshare.ErrUsage for one already
-// marked by Ack or staged (the consumer renews staged records itself),
-// ErrLockExpired (kshare.ErrAbortable) for a lock that is gone or that its
-// leader would not renew (the record will be delivered again: do not
-// acknowledge it), kshare.ErrUnsupported for a leader without
-// ShareAcknowledge v2, and ctx's error for records whose answer had not
-// come when ctx ended (the RENEW may still take effect). The other
-// records of a *RenewError were renewed. A Close while it waits fails
-// every record with ErrLockExpired: Close gives them back. It fails as a
-// whole with kshare.ErrUsage in Implicit mode or for a nil ctx, and
-// kshare.ErrClosed when called after Close began.
+// It returns nil when every record's lock was extended, and a
+// *RenewError (kshare.ErrAbortable) naming each record that was not and
+// why: ErrLockExpired for a lock that is gone or that its leader would
+// not renew (a leader without ShareAcknowledge v2 included: the message
+// says so), the record will be delivered again, do not acknowledge it;
+// ctx's error for records whose answer had not come when ctx ended (the
+// RENEW may still take effect). The other records of a *RenewError were
+// renewed. A Close while it waits fails every record with
+// ErrLockExpired: Close gives them back. Records the application should
+// not renew fail the whole call before anything is sent, naming the
+// first: ErrNotHeld (kshare.ErrUsage) for a nil record or one the
+// consumer does not hold, kshare.ErrUsage for one marked by Ack or staged
+// (the consumer renews staged records itself). It fails with
+// kshare.ErrUsage in Implicit mode or for a nil ctx, and kshare.ErrClosed
+// when called after Close began.
 func (c *Consumer) Renew(ctx context.Context, recs ...*kgo.Record) error {
 	const op = "renew locks"
 	switch {
@@ -55,7 +59,11 @@ func (c *Consumer) Renew(ctx context.Context, recs ...*kgo.Record) error {
 		c.mu.Unlock()
 		return errClosed(op)
 	}
-	asked := c.askRenewalsLocked(w, recs, time.Now())
+	asked, err := c.askRenewalsLocked(w, recs, time.Now())
+	if err != nil {
+		c.mu.Unlock()
+		return errs.Usage(op, err)
+	}
 	if len(w.pending) == 0 {
 		c.mu.Unlock()
 		return w.result()
@@ -109,15 +117,16 @@ func (c *Consumer) Renew(ctx context.Context, recs ...*kgo.Record) error {
 // askRenewalsLocked checks each record and asks its acquisition for a
 // RENEW on behalf of w, cutting an acquisition so that only the records
 // asked for are renewed. It returns the acquisitions asked; the records
-// that cannot be renewed are failed in w.
-func (c *Consumer) askRenewalsLocked(w *renewCall, recs []*kgo.Record, now time.Time) []*acquisition {
+// whose locks cannot be renewed are failed in w. A record the application
+// should not renew (not held, marked by Ack, staged) fails the whole
+// call, before anything is asked: the error says which.
+func (c *Consumer) askRenewalsLocked(w *renewCall, recs []*kgo.Record, now time.Time) ([]*acquisition, error) {
 	byAcq := make(map[*acquisition][]int64)
 	var order []*acquisition
 	seen := make(map[renewKey]bool, len(recs))
 	for _, r := range recs {
 		if r == nil {
-			w.fail(renewKey{}, fmt.Errorf("a nil record: %w", ErrNotHeld))
-			continue
+			return nil, fmt.Errorf("a nil record: %w", ErrNotHeld)
 		}
 		k := renewKey{kshare.TopicPartition{Topic: r.Topic, Partition: r.Partition}, r.Offset}
 		if seen[k] {
@@ -126,11 +135,14 @@ func (c *Consumer) askRenewalsLocked(w *renewCall, recs []*kgo.Record, now time.
 		seen[k] = true
 		a, idx, ok := c.held.find(k.tp, k.off)
 		if !ok {
-			w.fail(k, fmt.Errorf("acknowledged or released since Poll returned it, forgotten after its lock ended, or never returned by Poll: %w", ErrNotHeld))
-			continue
+			return nil, fmt.Errorf("%s/%d offset %d (acknowledged or released since Poll returned it, forgotten after its lock ended, or never returned by Poll): %w", k.tp.Topic, k.tp.Partition, k.off, ErrNotHeld)
 		}
-		if err := c.renewableLocked(a, idx, r, now); err != nil {
-			w.fail(k, err)
+		misuse, lost := c.renewableLocked(a, idx, r, now)
+		switch {
+		case misuse != nil:
+			return nil, fmt.Errorf("%s/%d offset %d: %w", k.tp.Topic, k.tp.Partition, k.off, misuse)
+		case lost != nil:
+			w.fail(k, lost)
 			continue
 		}
 		if byAcq[a] == nil {
@@ -158,27 +170,29 @@ func (c *Consumer) askRenewalsLocked(w *renewCall, recs []*kgo.Record, now time.
 			asked = append(asked, piece)
 		}
 	}
-	return asked
+	return asked, nil
 }
 
 // renewableLocked says why the record r, held at idx of a, cannot be
-// renewed now, or nil.
-func (c *Consumer) renewableLocked(a *acquisition, idx int, r *kgo.Record, now time.Time) error {
+// renewed now: misuse (ErrNotHeld, kshare.ErrUsage) when the application
+// should not ask, lost (ErrLockExpired) when its lock is gone or cannot be
+// renewed.
+func (c *Consumer) renewableLocked(a *acquisition, idx int, r *kgo.Record, now time.Time) (misuse, lost error) {
 	if d := deliveryOf(r); d != nil && d != a.delivery {
-		return fmt.Errorf("delivery %d ended, delivery %d holds it: %w", d.count, a.deliveries, ErrLockExpired)
+		return nil, fmt.Errorf("delivery %d ended, delivery %d holds it: %w", d.count, a.deliveries, ErrLockExpired)
 	}
 	switch a.states[idx] {
 	case stDelivered:
 	case stDecided:
-		return fmt.Errorf("marked %s by Ack; Commit or the next Poll sends it: %w", kshare.AckType(a.decisions[idx]), kshare.ErrUsage)
+		return fmt.Errorf("marked %s by Ack; Commit or the next Poll sends it: %w", kshare.AckType(a.decisions[idx]), kshare.ErrUsage), nil
 	case stStaged:
-		return fmt.Errorf("staged in a transaction, whose records the consumer renews itself: %w", kshare.ErrUsage)
+		return fmt.Errorf("staged in a transaction, whose records the consumer renews itself: %w", kshare.ErrUsage), nil
 	case stBuffered, stResolving:
-		return fmt.Errorf("delivered again since Poll returned it: %w", ErrLockExpired)
+		return nil, fmt.Errorf("delivered again since Poll returned it: %w", ErrLockExpired)
 	default:
-		return fmt.Errorf("no longer held: %w", ErrNotHeld)
+		return fmt.Errorf("no longer held: %w", ErrNotHeld), nil
 	}
-	return c.renewBlockedLocked(a, now)
+	return nil, c.renewBlockedLocked(a, now)
 }
 
 // renewBlockedLocked says why a, asked for a RENEW, cannot have one, or
@@ -194,11 +208,11 @@ func (c *Consumer) renewBlockedLocked(a *acquisition, now time.Time) error {
 	case !now.Before(a.deadline):
 		return fmt.Errorf("lock ended at %s: %w", a.deadline.Format(time.RFC3339Nano), ErrLockExpired)
 	case a.renewStopped && c.renewMissing[a.sess.node]:
-		return fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", a.sess.node, kshare.ErrUnsupported)
+		return fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", a.sess.node, ErrLockExpired)
 	case a.renewStopped:
 		return fmt.Errorf("its leader refused an earlier renewal of the lock: %w", ErrLockExpired)
 	case !a.holds(stDelivered):
-		return fmt.Errorf("acknowledged, marked or staged while the renewal waited: %w", kshare.ErrUsage)
+		return errSettledUnderRenew
 	}
 	return nil
 }
@@ -306,6 +320,11 @@ func (w *renewCall) closedResult() error {
 	return w.result()
 }
 
+// errSettledUnderRenew is the failure of a record that the application
+// acknowledged, marked or staged while its Renew waited: the renewal no
+// longer applies, and its lock is what it was.
+var errSettledUnderRenew = errors.New("acknowledged, marked or staged while the renewal waited, so not renewed")
+
 // errClosedUnderRenew is the failure of a record whose Renew Close cut
 // short.
 var errClosedUnderRenew = fmt.Errorf("the consumer closed while the renewal waited, and gave the record back: %w", ErrLockExpired)
@@ -352,9 +371,10 @@ type RenewFailure struct {
 }
 
 // RenewError is Renew's answer when some records' locks were not
-// extended; the records it does not list were renewed. errors.Is finds
-// each failure's cause (ErrLockExpired, ErrNotHeld, kshare.ErrUsage,
-// kshare.ErrUnsupported, a context error).
+// extended; the records it does not list were renewed. It is
+// kshare.ErrAbortable: those records will be delivered again once their
+// locks run out, so work on them must not be committed. errors.Is finds
+// each failure's cause (ErrLockExpired, a context error).
 type RenewError struct {
 	// Failed lists the records, sorted by topic, partition and offset.
 	Failed []RenewFailure
@@ -375,9 +395,10 @@ func (e *RenewError) Error() string {
 	return strings.TrimSuffix(b.String(), ";")
 }
 
-// Unwrap returns each failure's cause.
+// Unwrap returns kshare.ErrAbortable and each failure's cause.
 func (e *RenewError) Unwrap() []error {
-	out := make([]error, 0, len(e.Failed))
+	out := make([]error, 0, len(e.Failed)+1)
+	out = append(out, kshare.ErrAbortable)
 	for _, f := range e.Failed {
 		out = append(out, f.Err)
 	}

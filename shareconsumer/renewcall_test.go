@@ -15,6 +15,7 @@ import (
 
 	"github.com/kshare-go/kshare"
 	"github.com/kshare-go/kshare/broker"
+	"github.com/kshare-go/kshare/internal/errs"
 	"github.com/kshare-go/kshare/shareconsumer"
 )
 
@@ -118,9 +119,6 @@ func TestRenewThenStage(t *testing.T) {
 	require.NoError(t, p.BeginTransaction())
 	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
 	err := c.Renew(e.ctx, recs[0])
-	var re *shareconsumer.RenewError
-	require.ErrorAs(t, err, &re)
-	require.Len(t, re.Failed, 1)
 	require.ErrorIs(t, err, kshare.ErrUsage)
 	require.ErrorContains(t, err, "staged in a transaction")
 	require.NoError(t, p.CommitTransaction(e.ctx))
@@ -140,18 +138,31 @@ func TestRenewRefusals(t *testing.T) {
 	implicit := e.consumer("g2", "in")
 	require.ErrorIs(t, implicit.Renew(e.ctx, recs[0]), kshare.ErrUsage)
 
+	// What the application should not renew refuses the whole call, and
+	// renews nothing.
 	before, _ := c.LockDeadline(recs[1])
 	require.NoError(t, c.Ack(recs[0], kshare.AckAccept))
 	stranger := &kgo.Record{Topic: "in", Partition: 0, Offset: 999}
-	err := c.Renew(e.ctx, recs[0], recs[1], nil, stranger, recs[1])
-	var re *shareconsumer.RenewError
-	require.ErrorAs(t, err, &re)
-	require.Len(t, re.Failed, 3, "%v", err)
-	require.ErrorIs(t, err, shareconsumer.ErrNotHeld)
-	require.ErrorIs(t, err, kshare.ErrUsage)
-	require.False(t, errors.Is(err, shareconsumer.ErrLockExpired))
-	require.ErrorContains(t, err, "marked ACCEPT by Ack")
+	for _, tc := range []struct {
+		recs []*kgo.Record
+		want error
+		says string
+	}{
+		{[]*kgo.Record{recs[1], recs[0]}, kshare.ErrUsage, "marked ACCEPT by Ack"},
+		{[]*kgo.Record{recs[1], nil}, shareconsumer.ErrNotHeld, "nil record"},
+		{[]*kgo.Record{recs[1], stranger}, shareconsumer.ErrNotHeld, "offset 999"},
+	} {
+		err := c.Renew(e.ctx, tc.recs...)
+		require.ErrorIs(t, err, tc.want)
+		require.ErrorContains(t, err, tc.says)
+		require.Equal(t, []error{kshare.ErrUsage}, errs.ClassesOf(err))
+		var re *shareconsumer.RenewError
+		require.False(t, errors.As(err, &re))
+	}
 	after, _ := c.LockDeadline(recs[1])
+	require.Equal(t, before, after, "a refused call renews nothing")
+	require.NoError(t, c.Renew(e.ctx, recs[1], recs[1]), "a record listed twice is renewed once")
+	after, _ = c.LockDeadline(recs[1])
 	require.True(t, after.After(before), "recs[1] was renewed: %v then %v", before, after)
 
 	require.NoError(t, c.Close(e.ctx))
@@ -168,11 +179,11 @@ func TestRenewAfterTheLockEnded(t *testing.T) {
 	time.Sleep(time.Until(deadline) + 50*time.Millisecond)
 	err := c.Renew(e.ctx, recs[0])
 	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
-	require.ErrorIs(t, err, kshare.ErrAbortable)
+	require.Equal(t, []error{kshare.ErrAbortable}, errs.ClassesOf(err))
 }
 
-// A leader without ShareAcknowledge v2 cannot renew: Renew says so with
-// kshare.ErrUnsupported.
+// A leader without ShareAcknowledge v2 cannot renew: Renew says so, and
+// the locks run out as they are (ErrLockExpired).
 func TestRenewOnABrokerWithoutRenew(t *testing.T) {
 	const inputs = 3
 	e := txnEnv(t, inputs, broker.ShareLockDuration(time.Minute), broker.APIVersionCap(kmsg.ShareAcknowledge.Int16(), 1))
@@ -182,7 +193,8 @@ func TestRenewOnABrokerWithoutRenew(t *testing.T) {
 	var re *shareconsumer.RenewError
 	require.ErrorAs(t, err, &re)
 	require.Len(t, re.Failed, inputs)
-	require.ErrorIs(t, err, kshare.ErrUnsupported)
+	require.ErrorIs(t, err, shareconsumer.ErrLockExpired)
+	require.Equal(t, []error{kshare.ErrAbortable}, errs.ClassesOf(err))
 	require.ErrorContains(t, err, "KIP-1222")
 }
 
