@@ -45,9 +45,15 @@ import (
 // when called after Close began.
 func (c *Consumer) Renew(ctx context.Context, recs ...*kgo.Record) error {
 	const op = "renew locks"
-	switch {
-	case !c.made():
+	if !c.made() {
 		return errNotMade(op)
+	}
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	switch {
+	case closing: // whatever the arguments
+		return errClosed(op)
 	case ctx == nil:
 		return errNilContext(op)
 	case c.cfg.mode == Implicit:

@@ -167,6 +167,9 @@ func TestRenewRefusals(t *testing.T) {
 
 	require.NoError(t, c.Close(e.ctx))
 	require.ErrorIs(t, c.Renew(e.ctx, recs[1]), kshare.ErrClosed)
+	require.ErrorIs(t, c.Renew(nilCtx, nil), kshare.ErrClosed, "whatever the arguments")
+	require.NoError(t, implicit.Close(e.ctx))
+	require.ErrorIs(t, implicit.Renew(e.ctx, recs[1]), kshare.ErrClosed)
 }
 
 // A record whose lock ended cannot be renewed: the group has it again.
