@@ -23,12 +23,14 @@
 // is dropped and the records come back to be processed again.
 //
 // The faults are scheduled on checkpoints that hold records, so that they
-// land however fast the readers are. By default (-faults) a reader stalls
-// past its locks before its first snapshot with records, so that staging
-// fails and it declines the checkpoint (a second stall follows a few
-// checkpoints later if there is still input); the first checkpoint with
-// records that was not declined fails on purpose, then every
-// -fail-every-th. Independently of -faults, the second checkpoint with
+// land however fast the readers are. The first checkpoint with records
+// that was not declined fails on purpose, then every -fail-every-th. By
+// default (-faults), from then on every barrier offers a stall to all
+// readers until one with records takes it: it stalls past its locks, so
+// that staging fails and it declines the checkpoint (a second stall
+// follows a few checkpoints later if there is still input); the run does
+// not end while a stalled checkpoint is undecided, even when the other
+// readers finished the input meanwhile. Independently of -faults, the second checkpoint with
 // records, then every -long-every-th, takes longer than the group's lock
 // duration (-lock-duration) to complete, and those behind it wait too: the
 // consumers renew the staged records' locks, and the run reports any

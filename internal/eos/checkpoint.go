@@ -185,6 +185,7 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, newReader NewReade
 			return fmt.Sprintf("no injected fault explains it; %d readers waiting for records or checkpoints", len(tasks))
 		},
 		fail: run.fail,
+		busy: func() bool { return stats.stalling.Load() > 0 },
 	}
 	elapsed, stoppedBy, err := run.end(w.watch(run.ctx, run.start))
 	if err != nil {

@@ -52,9 +52,9 @@ type snapshotResult struct {
 	id       int64
 	records  int   // records in the snapshot
 	declined error // why the reader could not snapshot, nil if it did
-	// stallAsked echoes the barrier's stall request; stalled says whether
-	// the reader stalled (it does only with records to snapshot).
-	stallAsked, stalled bool
+	// stalled says whether the reader took the barrier's slow snapshot
+	// (only one with records to snapshot does).
+	stalled bool
 }
 
 // mailbox is a reader's unbounded inbox, so that the coordinator never
@@ -94,6 +94,7 @@ type inFlight struct {
 	answers   int
 	records   int
 	declined  error
+	stalled   bool // a reader stalled past its locks before snapshotting it
 	// seq numbers the checkpoints that hold records and were not
 	// declined, from 1, in order; it is 0 for the others. scheduled says
 	// whether seq (and due, for a long checkpoint) is set: once every
@@ -104,21 +105,23 @@ type inFlight struct {
 
 // checkpointCoordinator triggers and decides checkpoints. The faults are
 // scheduled on checkpoints that hold records, so that they land however
-// fast the readers are: a reader stalls at the first chance, the first
-// such checkpoint that is not declined fails on purpose (then every
-// FailEvery-th), and the second takes longer than the lock (then every
-// LongEvery-th).
+// fast the readers are: the first such checkpoint that is not declined
+// fails on purpose (then every FailEvery-th), the second takes longer
+// than the lock (then every LongEvery-th), and once one is decided every
+// barrier offers a slow snapshot to all readers until one that has
+// records takes it. The records of the checkpoint that failed on purpose
+// come back, so a later barrier finds a reader with records even when
+// the first checkpoint held the whole input.
 type checkpointCoordinator struct {
 	cfg     CheckpointConfig
 	readers []*readerTask
 	stats   *checkpointStats
 	results <-chan snapshotResult
 
-	seq            int  // checkpoints with records, not declined, scheduled so far
-	stallsFired    int  // slow snapshots that happened
-	stallAsks      int  // barriers that asked a reader to stall
-	stallAsked     bool // a barrier asked a reader to stall; no answer yet
-	nextStallAfter int  // seq to reach before asking again
+	seq            int   // checkpoints with records, not declined, scheduled so far
+	stallsFired    int   // slow snapshots that happened
+	stallOffer     int64 // the barrier that offers a slow snapshot and is not fully answered, or 0
+	nextStallAfter int   // seq to reach before offering again
 }
 
 // stallSpacing is how many checkpoints with records pass between two
@@ -161,42 +164,41 @@ func (c *checkpointCoordinator) run(ctx context.Context) {
 	}
 }
 
-// trigger sends barrier id to every reader, asking one of them to stall
-// when a slow snapshot is due.
+// trigger sends barrier id to every reader, offering a slow snapshot when
+// one is due.
 func (c *checkpointCoordinator) trigger(id int64, now time.Time) *inFlight {
-	stallReader := -1
-	// Stalls start once a reader has committed: until the pipeline has
-	// shown that it works at all, a stall would only delay learning why
-	// it does not (a cluster without KIP-1289 fails the first commit).
-	started := c.stats.committed.Load() > 0
-	if started && c.stallsFired < c.cfg.SlowSnapshots && !c.stallAsked && c.seq >= c.nextStallAfter {
-		// A reader with nothing to snapshot does not stall; asking
-		// each in turn finds one that has records.
-		c.stallAsked = true
-		stallReader = c.stallAsks % len(c.readers)
-		c.stallAsks++
+	// Stalls start once a checkpoint with records was decided or a
+	// reader committed: until the pipeline has shown that it works at
+	// all, a stall would only delay learning why it does not (a cluster
+	// without KIP-1289 fails the first commit or release).
+	started := c.seq > 0 || c.stats.committed.Load() > 0
+	offer := started && c.stallsFired < c.cfg.SlowSnapshots && c.stallOffer == 0 && c.seq >= c.nextStallAfter
+	if offer {
+		c.stallOffer = id
+		c.stats.stallClaim.Store(false)
 	}
-	for i, r := range c.readers {
-		r.box.push(readerMsg{kind: msgBarrier, id: id, stall: i == stallReader})
+	for _, r := range c.readers {
+		r.box.push(readerMsg{kind: msgBarrier, id: id, stall: offer})
 	}
 	return &inFlight{id: id, triggered: now, due: now}
 }
 
 // answer counts a reader's answer to a barrier.
 func (c *checkpointCoordinator) answer(queue []*inFlight, res snapshotResult) {
-	if res.stallAsked {
-		c.stallAsked = false
-		if res.stalled {
-			c.stallsFired++
-			c.nextStallAfter = c.seq + stallSpacing
-		}
+	if res.stalled {
+		c.stallsFired++
+		c.nextStallAfter = c.seq + stallSpacing
 	}
 	for _, f := range queue {
 		if f.id == res.id {
 			f.answers++
 			f.records += res.records
+			f.stalled = f.stalled || res.stalled
 			if res.declined != nil && f.declined == nil {
 				f.declined = res.declined
+			}
+			if f.id == c.stallOffer && f.answers == len(c.readers) {
+				c.stallOffer = 0 // taken, or no reader had records: offer again
 			}
 		}
 	}
@@ -225,6 +227,9 @@ func (c *checkpointCoordinator) decideReady(queue []*inFlight, now time.Time) []
 			break
 		}
 		queue = queue[1:]
+		if f.stalled {
+			c.stats.stalling.Add(-1)
+		}
 		kind, onPurpose := msgComplete, false
 		switch {
 		case f.declined != nil:

@@ -17,6 +17,13 @@ type checkpointStats struct {
 	failedOnPurpose, declined, longCompleted atomic.Int64
 	commitFailures, releaseFailures          atomic.Int64
 	stagedRedelivered, heldPastLock          atomic.Int64
+	// stallClaim is taken by the first reader with records that meets a
+	// barrier offering a slow snapshot; stalling counts the slow
+	// snapshots whose checkpoint is not decided yet: the run does not
+	// end under one, or a run whose other readers finished the input
+	// meanwhile would never see the stalled reader decline.
+	stallClaim atomic.Bool
+	stalling   atomic.Int64
 	// staged maps the id of every record in a staged checkpoint that is
 	// not being resolved yet to its reader: such a record must not be
 	// delivered again.

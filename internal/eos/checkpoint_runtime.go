@@ -276,9 +276,10 @@ func (t *readerTask) snapshot(ctx context.Context, r SourceReader, m readerMsg) 
 	t.mu.Lock()
 	open := len(t.open)
 	t.mu.Unlock()
-	res := snapshotResult{reader: t.index, id: m.id, records: open, stallAsked: m.stall}
-	if m.stall && open > 0 {
+	res := snapshotResult{reader: t.index, id: m.id, records: open}
+	if m.stall && open > 0 && t.stats.stallClaim.CompareAndSwap(false, true) {
 		res.stalled = true
+		t.stats.stalling.Add(1)
 		t.stats.fault(faultSlowSnapshot)
 		t.log.Info("fault "+faultSlowSnapshot+": the reader stalls past its locks before a snapshot", "checkpoint", m.id, "records", open)
 		w := t.stats.waits.add(fmt.Sprintf("reader %d, stalled past its locks before checkpoint %d", t.index, m.id), open, t.locksGone())

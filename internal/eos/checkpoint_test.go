@@ -136,7 +136,11 @@ func TestCheckpointCoordinatorDecidesInOrder(t *testing.T) {
 	require.Equal(t, int64(1), stats.declined.Load())
 }
 
-func TestCheckpointCoordinatorAsksReadersInTurnToStall(t *testing.T) {
+// A slow snapshot is offered to every reader at once, from the first
+// barrier after a checkpoint with records was decided (or a commit), and
+// again at each barrier until one reader takes it; one that is taken is
+// held by the run until its checkpoint is decided.
+func TestCheckpointCoordinatorOffersTheStallUntilTaken(t *testing.T) {
 	cfg := CheckpointConfig{SlowSnapshots: 1}
 	cfg.defaults()
 	stats := &checkpointStats{}
@@ -155,20 +159,32 @@ func TestCheckpointCoordinatorAsksReadersInTurnToStall(t *testing.T) {
 		return out
 	}
 	c.trigger(0, time.Now())
-	require.Equal(t, []bool{false, false}, stalls(), "no stall before a reader has committed")
-	stats.committed.Add(1)
+	require.Equal(t, []bool{false, false}, stalls(), "no stall before the pipeline has shown that it works")
+	c.seq = 1 // a checkpoint with records was decided
 	queue := []*inFlight{c.trigger(1, time.Now())}
-	require.Equal(t, []bool{true, false}, stalls(), "reader 0 is asked first")
+	require.Equal(t, []bool{true, true}, stalls(), "offered to every reader")
 	queue = append(queue, c.trigger(2, time.Now()))
-	require.Equal(t, []bool{false, false}, stalls(), "one request at a time")
+	require.Equal(t, []bool{false, false}, stalls(), "one offer at a time")
 
-	c.answer(queue, snapshotResult{reader: 0, id: 1, stallAsked: true}) // nothing to snapshot
+	c.answer(queue, snapshotResult{reader: 0, id: 1})
+	c.answer(queue, snapshotResult{reader: 1, id: 1}) // neither had records
 	queue = append(queue, c.trigger(3, time.Now()))
-	require.Equal(t, []bool{false, true}, stalls(), "then reader 1")
+	require.Equal(t, []bool{true, true}, stalls(), "offered again")
 
-	c.answer(queue, snapshotResult{reader: 1, id: 3, stallAsked: true, stalled: true})
+	require.True(t, stats.stallClaim.CompareAndSwap(false, true), "the first reader with records takes it")
+	require.False(t, stats.stallClaim.CompareAndSwap(false, true), "and only one")
+	stats.stalling.Add(1)
+	c.answer(queue, snapshotResult{reader: 1, id: 3, stalled: true, records: 5, declined: errors.New("lock expired")})
+	c.answer(queue, snapshotResult{reader: 0, id: 3})
 	c.trigger(4, time.Now())
 	require.Equal(t, []bool{false, false}, stalls(), "SlowSnapshots reached")
+	c.answer(queue, snapshotResult{reader: 0, id: 2})
+	c.answer(queue, snapshotResult{reader: 1, id: 2})
+	require.Equal(t, int64(1), stats.stalling.Load(), "the run waits for the stalled checkpoint")
+	queue = c.decideReady(queue, time.Now())
+	require.Empty(t, queue)
+	require.Zero(t, stats.stalling.Load(), "its checkpoint is decided: declined")
+	require.Equal(t, int64(1), stats.declined.Load())
 }
 
 // idleReader is a source reader that only waits: the run's progress then

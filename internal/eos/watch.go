@@ -69,6 +69,9 @@ type watcher struct {
 	idle func() string
 	// fail stops the run with an error: the cluster stopped answering.
 	fail func(error)
+	// busy, if set, holds the end of a run whose inputs are all
+	// acknowledged while an injected fault has yet to show its effect.
+	busy func() bool
 }
 
 // unansweredLimit is how long the group's start offsets may go unanswered
@@ -91,7 +94,7 @@ func (w *watcher) watch(ctx context.Context, start time.Time) error {
 		switch {
 		case err == nil:
 			failingSince = time.Time{}
-			if acknowledged = w.in.CountAcknowledged(offsets); acknowledged >= w.in.N {
+			if acknowledged = w.in.CountAcknowledged(offsets); acknowledged >= w.in.N && (w.busy == nil || !w.busy()) {
 				return nil
 			}
 		case ctx.Err() == nil:
