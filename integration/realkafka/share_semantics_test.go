@@ -594,6 +594,63 @@ func shareCoordinatorOf(ctx context.Context, t *testing.T, cl *kgo.Client, group
 	}
 }
 
+// shareStateTopic holds the share coordinators' state; each of its
+// partitions has one replica on the test clusters (kafka.sh).
+const shareStateTopic = "__share_group_state"
+
+// spreadShareState moves partitions of the share state topic until each
+// of nodes leads one: a cluster that first served share groups while a
+// node was down (an earlier test restarting it) put them all on the
+// other, and a group's share coordinator could then never be on that node.
+func spreadShareState(ctx context.Context, t *testing.T, admin *kgo.Client, nodes ...int32) {
+	t.Helper()
+	var parts []kmsg.MetadataResponseTopicPartition
+	waitFor(ctx, t, "the share state topic's leaders", func(ctx context.Context) (bool, string) {
+		var err error
+		parts, _, err = partitionState(ctx, admin, shareStateTopic)
+		for _, p := range parts {
+			if p.Leader < 0 {
+				return false, fmt.Sprintf("partition %d has no leader", p.Partition)
+			}
+		}
+		return err == nil && len(parts) > 0, fmt.Sprint(err)
+	})
+	led := map[int32][]int32{}
+	for _, p := range parts {
+		led[p.Leader] = append(led[p.Leader], p.Partition)
+	}
+	for _, n := range nodes {
+		if len(led[n]) > 0 {
+			continue
+		}
+		from := int32(-1)
+		for node, ps := range led {
+			if len(ps) > 1 && (from < 0 || len(ps) > len(led[from])) {
+				from = node
+			}
+		}
+		if from < 0 {
+			t.Fatalf("no partition of %s to move to node %d: leaders %v", shareStateTopic, n, led)
+		}
+		p := led[from][0]
+		led[from], led[n] = led[from][1:], []int32{p}
+		var req kadm.AlterPartitionAssignmentsReq
+		req.Assign(shareStateTopic, p, []int32{n})
+		if resps, err := kadm.NewClient(admin).AlterPartitionAssignments(ctx, req); err != nil || resps.Error() != nil {
+			t.Fatalf("move %s/%d to node %d: %v %v", shareStateTopic, p, n, err, resps.Error())
+		}
+		waitFor(ctx, t, fmt.Sprintf("node %d to lead %s/%d", n, shareStateTopic, p), func(ctx context.Context) (bool, string) {
+			parts, _, err := partitionState(ctx, admin, shareStateTopic)
+			for _, q := range parts {
+				if q.Partition == p {
+					return q.Leader == n, fmt.Sprintf("leader %d", q.Leader)
+				}
+			}
+			return false, fmt.Sprint(err)
+		})
+	}
+}
+
 // Question 5, a broker restart: the broker leading a share-partition stops
 // (a controlled shutdown) and starts again while a member holds records
 // there. The shutdown closes the member's connection, which releases its
@@ -612,8 +669,13 @@ func TestKafkaShareRestartCountsDependOnTheShareCoordinator(t *testing.T) {
 	semProduce(ctx, t, seeds, topic, "a", "b")
 	// One group whose share coordinator is on node 1, one on node 2.
 	topicID := topicIDOf(ctx, t, admin, topic)
+	shareCoordinatorOf(ctx, t, admin, uniqueName(t, "kshare-sem-restart-group"), topicID) // the share state topic exists
+	spreadShareState(ctx, t, admin, 1, 2)
 	groups := map[int32]string{}
-	for len(groups) < 2 {
+	for tries := 0; len(groups) < 2; tries++ {
+		if tries == 200 {
+			t.Fatalf("%d groups, and their share coordinators are all on %v", tries, groups)
+		}
 		group := uniqueName(t, "kshare-sem-restart-group")
 		if node := shareCoordinatorOf(ctx, t, admin, group, topicID); groups[node] == "" {
 			groups[node] = group
