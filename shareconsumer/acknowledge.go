@@ -201,7 +201,7 @@ func (s *session) doAck(st step) {
 		for _, h := range st.renews.held {
 			for _, a := range h.acqs {
 				a.renewing, a.renewal = false, nil
-				a.askedSent, a.asked = nil, append(a.askedSent, a.asked...) // asked again, unless the reset killed a
+				a.askAgain() // unless the reset killed a
 			}
 		}
 		c.mu.Unlock()

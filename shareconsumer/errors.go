@@ -25,6 +25,10 @@ var (
 	ErrNotHeld = errs.Sentinel(kshare.ErrUsage, "record is not held by this consumer")
 )
 
+// errLockLost is the failure of a renewal of records whose lock the
+// consumer knows to be gone.
+var errLockLost = fmt.Errorf("lock lost (share session reset, leader moved or member fenced): %w", ErrLockExpired)
+
 // errConsumerClosing is the cause of acknowledgements that the consumer
 // could not send because it closed; it is unclassified, so that the
 // *AckError around it keeps one class.

@@ -401,7 +401,7 @@ func (h *heldSet) kill(match func(*acquisition) bool) {
 		for _, a := range p.acqs {
 			if match(a) {
 				a.dead = true
-				settleAskedLocked(a, fmt.Errorf("lock lost (share session reset, leader moved or member fenced): %w", ErrLockExpired))
+				settleAskedLocked(a, errLockLost)
 				// A commit waiting for these locks' renewal learns now
 				// that they are gone.
 				for idx := range a.staged {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kshare-go/kshare"
@@ -38,11 +37,7 @@ func TestLedgerEpochCheckWithoutAnswer(t *testing.T) {
 	c := e.ledgerConsumer()
 	p := e.ledgerProducer("w")
 	recs := pollRecords(e.ctx, t, c, inputs)
-	require.NoError(t, p.BeginTransaction())
-	for _, r := range recs {
-		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(r.Value))}, nil)
-	}
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
+	require.NoError(t, stageCopies(e.ctx, t, p, c, recs))
 	release := make(chan struct{})
 	stop := e.c.InjectFaults(func(_ int32, _ string, req kmsg.Request) broker.FaultAction {
 		if metadataOf(req, "in") {
@@ -84,11 +79,7 @@ func TestLedgerEpochOfAnotherTopicIncarnation(t *testing.T) {
 	require.NoError(t, err)
 
 	recs := pollRecords(e.ctx, t, c, inputs)
-	require.NoError(t, p.BeginTransaction())
-	for _, r := range recs {
-		p.Produce(e.ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(r.Value))}, nil)
-	}
-	require.NoError(t, p.SendShareAcksToTransaction(e.ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()))
+	require.NoError(t, stageCopies(e.ctx, t, p, c, recs))
 	var once bool
 	stop := e.c.InjectFaults(func(node int32, _ string, req kmsg.Request) broker.FaultAction {
 		if node != leader || !metadataOf(req, "in") || once {

@@ -238,7 +238,7 @@ func (s *session) renewStepLocked(now time.Time, due renewals) step {
 		p := &jobPart{topicID: h.acqs[0].topicID}
 		for _, a := range h.acqs {
 			a.renewing, a.renewal = true, h
-			a.askedSent, a.asked = append(a.askedSent, a.asked...), nil
+			a.sendAsked()
 			for i, st := range a.states {
 				if !st.unstaged() {
 					continue
@@ -293,13 +293,13 @@ func (s *session) renewUnsupportedLocked(due renewals) {
 	for _, srs := range due.staged {
 		for _, sr := range srs {
 			sr.stopped = true
-			forcedDoneLocked(sr, fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", s.node, ErrLockExpired))
+			forcedDoneLocked(sr, errCannotRenew(s.node))
 		}
 	}
 	for _, h := range due.held {
 		for _, a := range h.acqs {
 			a.renewStopped = true
-			settleAskedLocked(a, fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", s.node, ErrLockExpired))
+			settleAskedLocked(a, errCannotRenew(s.node))
 		}
 	}
 	if !s.c.renewWarned {
@@ -389,7 +389,7 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 		}
 		if staged {
 			for _, a := range h.acqs {
-				a.askedSent, a.asked = nil, append(a.askedSent, a.asked...) // renewed again without the staged
+				a.askAgain() // renewed again without the staged
 			}
 		} else {
 			for _, a := range h.acqs {
@@ -431,6 +431,11 @@ func (s *session) applyRenewLocked(st step, lockMillis int32, failed map[kshare.
 				"topic", tp.Topic, "partition", tp.Partition, "err", err)
 		}
 	}
+}
+
+// errCannotRenew is the failure of a renewal that node cannot make.
+func errCannotRenew(node int32) error {
+	return fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", node, ErrLockExpired)
 }
 
 // renewGuard is how long before a lock's known end a RENEW must be

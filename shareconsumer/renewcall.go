@@ -49,22 +49,18 @@ func (c *Consumer) Renew(ctx context.Context, recs ...*kgo.Record) error {
 		return errNotMade(op)
 	}
 	c.mu.Lock()
-	closing := c.closing
-	c.mu.Unlock()
 	switch {
-	case closing: // whatever the arguments
+	case c.closing: // whatever the arguments
+		c.mu.Unlock()
 		return errClosed(op)
 	case ctx == nil:
+		c.mu.Unlock()
 		return errNilContext(op)
 	case c.cfg.mode == Implicit:
+		c.mu.Unlock()
 		return errWrongMode(op, c.cfg.mode)
 	}
 	w := &renewCall{pending: make(map[*acquisition][]int64), done: make(chan struct{})}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return errClosed(op)
-	}
 	asked, err := c.askRenewalsLocked(w, recs, time.Now())
 	if err != nil {
 		c.mu.Unlock()
@@ -210,11 +206,11 @@ func (c *Consumer) renewBlockedLocked(a *acquisition, now time.Time) error {
 	case a.renewing:
 		return nil
 	case a.dead:
-		return fmt.Errorf("lock lost (share session reset, leader moved or member fenced): %w", ErrLockExpired)
+		return errLockLost
 	case !now.Before(a.deadline):
 		return fmt.Errorf("lock ended at %s: %w", a.deadline.Format(time.RFC3339Nano), ErrLockExpired)
 	case a.renewStopped && c.renewMissing[a.sess.node]:
-		return fmt.Errorf("node %d cannot renew locks (it lacks ShareAcknowledge v2, KIP-1222): %w", a.sess.node, ErrLockExpired)
+		return errCannotRenew(a.sess.node)
 	case a.renewStopped:
 		return fmt.Errorf("its leader refused an earlier renewal of the lock: %w", ErrLockExpired)
 	case !a.holds(stDelivered):
@@ -267,8 +263,7 @@ type renewCall struct {
 	asked   []renewKey // every record sent for
 	pending map[*acquisition][]int64
 	failed  []RenewFailure
-	done    chan struct{}
-	closed  bool
+	done    chan struct{} // closed when pending empties
 }
 
 func (w *renewCall) fail(k renewKey, err error) {
@@ -288,9 +283,8 @@ func (w *renewCall) settleLocked(a *acquisition, err error) {
 			w.fail(renewKey{a.tp, off}, err)
 		}
 	}
-	if len(w.pending) == 0 && !w.closed {
-		w.closed = true
-		close(w.done)
+	if len(w.pending) == 0 {
+		close(w.done) // once: a settled acquisition is not pending any more
 	}
 }
 
@@ -350,6 +344,14 @@ func (w *renewCall) result() error {
 	})
 	return &RenewError{Failed: w.failed}
 }
+
+// sendAsked moves the Renew calls waiting on a to the RENEW being built.
+func (a *acquisition) sendAsked() { a.askedSent, a.asked = append(a.askedSent, a.asked...), nil }
+
+// askAgain puts the Renew calls of a RENEW that proved nothing (it failed
+// as a whole, or a record was staged while it travelled) back to wait for
+// the next one.
+func (a *acquisition) askAgain() { a.askedSent, a.asked = nil, append(a.askedSent, a.asked...) }
 
 // settleAskedLocked gives the outcome of a's RENEW to every Renew waiting
 // on it: those whose RENEW was in flight (askedSent) and, when err is not

@@ -62,14 +62,22 @@ func (e *env) readCommitted(topic string, want int) map[string]int {
 // output "out-<value>" per input, and the inputs' acceptance.
 func process(ctx context.Context, t *testing.T, p *producer.Producer, c *shareconsumer.Consumer, recs []*kgo.Record) error {
 	t.Helper()
+	if err := stageCopies(ctx, t, p, c, recs); err != nil {
+		return err
+	}
+	return p.CommitTransaction(ctx)
+}
+
+// stageCopies begins a transaction, produces a copy of every record to
+// "out" in it and sends the records' acceptance to it: process without
+// the commit.
+func stageCopies(ctx context.Context, t *testing.T, p *producer.Producer, c *shareconsumer.Consumer, recs []*kgo.Record) error {
+	t.Helper()
 	require.NoError(t, p.BeginTransaction())
 	for _, r := range recs {
 		p.Produce(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(r.Value))}, nil)
 	}
-	if err := p.SendShareAcksToTransaction(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata()); err != nil {
-		return err
-	}
-	return p.CommitTransaction(ctx)
+	return p.SendShareAcksToTransaction(ctx, c.Acks(recs, kshare.AckAccept), c.GroupMetadata())
 }
 
 func txnEnv(t *testing.T, inputs int, opts ...broker.Opt) *env {

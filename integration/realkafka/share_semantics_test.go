@@ -473,11 +473,7 @@ func TestKafkaShareLeaderMoveUnderCounts(t *testing.T) {
 func electPreferred(ctx context.Context, t *testing.T, admin *kgo.Client, topic string, replicas ...int32) {
 	t.Helper()
 	adm := kadm.NewClient(admin)
-	var req kadm.AlterPartitionAssignmentsReq
-	req.Assign(topic, 0, replicas)
-	if resps, err := adm.AlterPartitionAssignments(ctx, req); err != nil || resps.Error() != nil {
-		t.Fatalf("reorder the replicas of %s to %v: %v %v", topic, replicas, err, resps.Error())
-	}
+	assignReplicas(ctx, t, admin, topic, 0, replicas...)
 	waitFor(ctx, t, fmt.Sprintf("node %d to lead after a preferred leader election", replicas[0]), func(ctx context.Context) (bool, string) {
 		res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {0: {}}})
 		parts, _, perr := partitionState(ctx, admin, topic)
@@ -486,6 +482,16 @@ func electPreferred(ctx context.Context, t *testing.T, admin *kgo.Client, topic 
 		}
 		return parts[0].Leader == replicas[0], fmt.Sprintf("leader %d, election %v %v", parts[0].Leader, res, err)
 	})
+}
+
+// assignReplicas gives partition of topic the replicas, in that order.
+func assignReplicas(ctx context.Context, t *testing.T, admin *kgo.Client, topic string, partition int32, replicas ...int32) {
+	t.Helper()
+	var req kadm.AlterPartitionAssignmentsReq
+	req.Assign(topic, partition, replicas)
+	if resps, err := kadm.NewClient(admin).AlterPartitionAssignments(ctx, req); err != nil || resps.Error() != nil {
+		t.Fatalf("assign the replicas of %s/%d to %v: %v %v", topic, partition, replicas, err, resps.Error())
+	}
 }
 
 // leaderEpochAt asks node itself for the leader and leader epoch of
@@ -634,11 +640,7 @@ func spreadShareState(ctx context.Context, t *testing.T, admin *kgo.Client, node
 		}
 		p := led[from][0]
 		led[from], led[n] = led[from][1:], []int32{p}
-		var req kadm.AlterPartitionAssignmentsReq
-		req.Assign(shareStateTopic, p, []int32{n})
-		if resps, err := kadm.NewClient(admin).AlterPartitionAssignments(ctx, req); err != nil || resps.Error() != nil {
-			t.Fatalf("move %s/%d to node %d: %v %v", shareStateTopic, p, n, err, resps.Error())
-		}
+		assignReplicas(ctx, t, admin, shareStateTopic, p, n)
 		waitFor(ctx, t, fmt.Sprintf("node %d to lead %s/%d", n, shareStateTopic, p), func(ctx context.Context) (bool, string) {
 			parts, _, err := partitionState(ctx, admin, shareStateTopic)
 			for _, q := range parts {
